@@ -1,0 +1,115 @@
+/*
+ * trt_gn: fused GroupNorm (+ activation) CUDA kernels, C ABI.
+ *
+ *   y = act((x - mean[n,g]) * rstd[n,g] * gamma[c] + beta[c])
+ *
+ * mean/rstd are taken over the H*W*(C/G) elements of each (batch n, group g);
+ * statistics are accumulated in fp32 with a numerically stable method.
+ *
+ * This header is the whole public interface of the kernels library. It knows
+ * nothing of TensorRT or PyTorch; both wrap it.
+ *
+ * Contract of trtgn_group_norm():
+ *   - no allocation, no host synchronisation, no global mutable state;
+ *   - all device work is enqueued on the given stream only (capturable in a
+ *     CUDA graph);
+ *   - safe to call from several threads / streams at once, as long as every
+ *     call in flight has its own workspace and output buffer;
+ *   - bad input returns an error status and launches nothing; the message is
+ *     kept per thread and read with trtgn_last_error_message();
+ *   - a zero-size tensor (N, H or W == 0) is a successful no-op.
+ */
+#ifndef TRT_GN_GROUP_NORM_H
+#define TRT_GN_GROUP_NORM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TRTGN_API __declspec(dllexport)
+#else
+#define TRTGN_API __attribute__((visibility("default")))
+#endif
+
+/* Version of this ABI: bumped when a struct or an enum changes. */
+#define TRTGN_ABI_VERSION 1
+
+typedef enum trtgn_status {
+    TRTGN_STATUS_SUCCESS = 0,
+    TRTGN_STATUS_INVALID_ARGUMENT = 1,   /* a parameter is out of range */
+    TRTGN_STATUS_WORKSPACE_TOO_SMALL = 2,/* workspace_bytes < trtgn_workspace_size() */
+    TRTGN_STATUS_CUDA_ERROR = 3,         /* a CUDA call or launch failed */
+    TRTGN_STATUS_NOT_SUPPORTED = 4       /* valid, but no kernel for it on this device */
+} trtgn_status_t;
+
+typedef enum trtgn_dtype {
+    TRTGN_DTYPE_FLOAT32 = 0,
+    TRTGN_DTYPE_FLOAT16 = 1,
+    TRTGN_DTYPE_BFLOAT16 = 2
+} trtgn_dtype_t;
+
+typedef enum trtgn_layout {
+    /* channels last: element (n, h, w, c) at ((n*H + h)*W + w)*channel_stride + c */
+    TRTGN_LAYOUT_NHWC = 0,
+    /* contiguous NCHW: element (n, c, h, w) at ((n*C + c)*H + h)*W + w;
+       channel_stride must equal C */
+    TRTGN_LAYOUT_NCHW = 1
+} trtgn_layout_t;
+
+typedef enum trtgn_activation {
+    TRTGN_ACTIVATION_NONE = 0,
+    TRTGN_ACTIVATION_SILU = 1 /* y * sigmoid(y) */
+    /* 2 is reserved for GELU */
+} trtgn_activation_t;
+
+typedef struct trtgn_params {
+    const void* x;          /* input, dtype `dtype`, layout `layout` */
+    void* y;                /* output, same dtype/layout/strides as x; may equal x */
+    int64_t n, c, h, w;     /* logical sizes */
+    int64_t num_groups;     /* G, > 0, divides c */
+    int64_t channel_stride; /* NHWC: elements between two pixels, >= c (e.g. round_up(c, 8) for
+                               TensorRT's HWC8); padding channels are neither read nor written.
+                               NCHW: must be c. */
+    trtgn_layout_t layout;
+    trtgn_dtype_t dtype;
+    trtgn_activation_t activation;
+    float epsilon;          /* added to the variance, >= 0 */
+    const void* gamma;      /* [c] scale, or NULL for 1 */
+    const void* beta;       /* [c] shift, or NULL for 0 */
+    trtgn_dtype_t affine_dtype; /* dtype of gamma/beta: `dtype` or TRTGN_DTYPE_FLOAT32 */
+} trtgn_params_t;
+
+/* Bytes of device workspace trtgn_group_norm() needs for these parameters
+ * (0 is possible). Validates the parameters like trtgn_group_norm(); `x`, `y`
+ * may be NULL here. Depends on the current CUDA device (its kind of GPU). */
+TRTGN_API trtgn_status_t trtgn_workspace_size(const trtgn_params_t* params, size_t* workspace_bytes);
+
+/* Upper bound of trtgn_workspace_size() over every N' <= n, H' <= h, W' <= w
+ * with the other parameters fixed: what a TensorRT plugin asks for once per
+ * optimisation profile. */
+TRTGN_API trtgn_status_t trtgn_workspace_size_max(const trtgn_params_t* params, size_t* workspace_bytes);
+
+/* Enqueue y = act(GroupNorm(x)) on `stream` (a cudaStream_t; NULL = legacy
+ * default stream). `workspace` must be 256-byte aligned device memory of at
+ * least trtgn_workspace_size() bytes; its content on entry does not matter. */
+TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* workspace,
+                                          size_t workspace_bytes, void* stream);
+
+/* The message of the last failed call made by this thread ("" after a success). */
+TRTGN_API const char* trtgn_last_error_message(void);
+
+/* A fixed name for a status code, e.g. "TRTGN_STATUS_INVALID_ARGUMENT". */
+TRTGN_API const char* trtgn_status_name(trtgn_status_t status);
+
+/* TRTGN_ABI_VERSION of the built library. */
+TRTGN_API int trtgn_abi_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TRT_GN_GROUP_NORM_H */

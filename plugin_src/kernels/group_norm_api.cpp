@@ -1,0 +1,146 @@
+// The C ABI of the kernels library: argument validation with one message per
+// failure, workspace sizing, and the per-thread error message.
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "group_norm_launch.h"
+#include "trt_gn/group_norm.h"
+
+namespace {
+
+// Per thread, like cudaGetLastError(): calls on other threads never see or
+// overwrite it, so the library keeps no shared mutable state.
+thread_local char tlsMessage[512] = "";
+
+trtgn_status_t fail(trtgn_status_t status, const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(tlsMessage, sizeof(tlsMessage), fmt, args);
+    va_end(args);
+    return status;
+}
+
+trtgn_status_t ok() {
+    tlsMessage[0] = '\0';
+    return TRTGN_STATUS_SUCCESS;
+}
+
+bool knownDtype(int d) { return d == TRTGN_DTYPE_FLOAT32 || d == TRTGN_DTYPE_FLOAT16 || d == TRTGN_DTYPE_BFLOAT16; }
+
+// Validates everything but the data pointers and the workspace; fills `out`.
+trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
+    if (params == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "params is NULL");
+    const trtgn_params_t& p = *params;
+    if (p.n < 0 || p.c < 0 || p.h < 0 || p.w < 0)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "sizes must be >= 0, got n=%lld c=%lld h=%lld w=%lld",
+                    (long long)p.n, (long long)p.c, (long long)p.h, (long long)p.w);
+    if (p.num_groups <= 0)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "num_groups must be > 0, got %lld", (long long)p.num_groups);
+    if (p.c % p.num_groups != 0)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "c (%lld) must be divisible by num_groups (%lld)",
+                    (long long)p.c, (long long)p.num_groups);
+    if (p.layout != TRTGN_LAYOUT_NHWC && p.layout != TRTGN_LAYOUT_NCHW)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown layout %d", (int)p.layout);
+    if (!knownDtype(p.dtype)) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown dtype %d", (int)p.dtype);
+    if (p.activation != TRTGN_ACTIVATION_NONE && p.activation != TRTGN_ACTIVATION_SILU)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown activation %d", (int)p.activation);
+    if ((p.gamma != nullptr || p.beta != nullptr) && p.affine_dtype != p.dtype &&
+        p.affine_dtype != TRTGN_DTYPE_FLOAT32)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT,
+                    "affine_dtype %d must be the input dtype (%d) or TRTGN_DTYPE_FLOAT32", (int)p.affine_dtype,
+                    (int)p.dtype);
+    if (p.layout == TRTGN_LAYOUT_NHWC && p.channel_stride < p.c)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "channel_stride (%lld) must be >= c (%lld) for NHWC",
+                    (long long)p.channel_stride, (long long)p.c);
+    if (p.layout == TRTGN_LAYOUT_NCHW && p.channel_stride != p.c)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "channel_stride (%lld) must equal c (%lld) for NCHW",
+                    (long long)p.channel_stride, (long long)p.c);
+    if (!(p.epsilon >= 0.0f) || std::isinf(p.epsilon))
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "epsilon must be finite and >= 0, got %g", (double)p.epsilon);
+
+    trtgn::Problem& q = *out;
+    q.x = p.x;
+    q.y = p.y;
+    q.n = p.n;
+    q.c = p.c;
+    q.hw = p.h * p.w;
+    q.groups = p.num_groups;
+    q.cpg = p.c / p.num_groups;
+    q.cs = p.channel_stride;
+    q.layout = p.layout;
+    q.dtype = p.dtype;
+    q.act = p.activation;
+    q.eps = p.epsilon;
+    q.gamma = p.gamma;
+    q.beta = p.beta;
+    q.affineFp32 = p.affine_dtype == TRTGN_DTYPE_FLOAT32;
+    return TRTGN_STATUS_SUCCESS;
+}
+
+bool isEmpty(const trtgn::Problem& q) { return q.n == 0 || q.c == 0 || q.hw == 0; }
+
+}  // namespace
+
+extern "C" {
+
+TRTGN_API trtgn_status_t trtgn_workspace_size(const trtgn_params_t* params, size_t* workspace_bytes) {
+    if (workspace_bytes == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace_bytes is NULL");
+    trtgn::Problem q;
+    const trtgn_status_t s = validate(params, &q);
+    if (s != TRTGN_STATUS_SUCCESS) return s;
+    *workspace_bytes = isEmpty(q) ? 0 : trtgn::workspaceBytes(q);
+    return ok();
+}
+
+TRTGN_API trtgn_status_t trtgn_workspace_size_max(const trtgn_params_t* params, size_t* workspace_bytes) {
+    // workspaceBytes() grows with n and does not depend on h or w, so the
+    // bound over every smaller shape is the value at the given shape.
+    if (workspace_bytes == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace_bytes is NULL");
+    trtgn::Problem q;
+    const trtgn_status_t s = validate(params, &q);
+    if (s != TRTGN_STATUS_SUCCESS) return s;
+    *workspace_bytes = q.n == 0 || q.c == 0 ? 0 : trtgn::workspaceBytes(q);
+    return ok();
+}
+
+TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* workspace, size_t workspace_bytes,
+                                          void* stream) {
+    trtgn::Problem q;
+    const trtgn_status_t s = validate(params, &q);
+    if (s != TRTGN_STATUS_SUCCESS) return s;
+    if (isEmpty(q)) return ok();
+    if (q.x == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "x is NULL");
+    if (q.y == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "y is NULL");
+    const size_t need = trtgn::workspaceBytes(q);
+    if (workspace_bytes < need)
+        return fail(TRTGN_STATUS_WORKSPACE_TOO_SMALL, "workspace_bytes (%zu) is smaller than the %zu bytes needed",
+                    workspace_bytes, need);
+    if (need > 0 && workspace == nullptr)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace is NULL but %zu bytes are needed", need);
+    if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace must be 256-byte aligned");
+
+    const cudaError_t e = trtgn::launchGroupNorm(q, workspace, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess)
+        return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    return ok();
+}
+
+TRTGN_API const char* trtgn_last_error_message(void) { return tlsMessage; }
+
+TRTGN_API const char* trtgn_status_name(trtgn_status_t status) {
+    switch (status) {
+        case TRTGN_STATUS_SUCCESS: return "TRTGN_STATUS_SUCCESS";
+        case TRTGN_STATUS_INVALID_ARGUMENT: return "TRTGN_STATUS_INVALID_ARGUMENT";
+        case TRTGN_STATUS_WORKSPACE_TOO_SMALL: return "TRTGN_STATUS_WORKSPACE_TOO_SMALL";
+        case TRTGN_STATUS_CUDA_ERROR: return "TRTGN_STATUS_CUDA_ERROR";
+        case TRTGN_STATUS_NOT_SUPPORTED: return "TRTGN_STATUS_NOT_SUPPORTED";
+    }
+    return "TRTGN_STATUS_UNKNOWN";
+}
+
+TRTGN_API int trtgn_abi_version(void) { return TRTGN_ABI_VERSION; }
+
+}  // extern "C"

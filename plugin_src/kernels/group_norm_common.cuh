@@ -1,0 +1,185 @@
+// Device helpers shared by the GroupNorm kernels: typed vector loads/stores,
+// Welford/Chan merging, activations. Everything here is header-only and
+// internal to the kernels library.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "group_norm_launch.h"
+
+namespace trtgn {
+
+template <typename T> __device__ __forceinline__ float toFloat(T v);
+template <> __device__ __forceinline__ float toFloat<float>(float v) { return v; }
+template <> __device__ __forceinline__ float toFloat<__half>(__half v) { return __half2float(v); }
+template <> __device__ __forceinline__ float toFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T fromFloat(float v);
+template <> __device__ __forceinline__ float fromFloat<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Elements in one 16-byte access.
+template <typename T> constexpr int kVec16 = 16 / int(sizeof(T));
+
+// Bit patterns of one element, so that packed vectors never need their
+// address taken (which would move them from registers to local memory).
+template <typename T> __device__ __forceinline__ float bitsToFloat(uint32_t bits);
+template <> __device__ __forceinline__ float bitsToFloat<float>(uint32_t b) { return __uint_as_float(b); }
+template <> __device__ __forceinline__ float bitsToFloat<__half>(uint32_t b) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(b)));
+}
+template <> __device__ __forceinline__ float bitsToFloat<__nv_bfloat16>(uint32_t b) {
+    return __uint_as_float(b << 16);  // bf16 is the upper half of an fp32
+}
+template <typename T> __device__ __forceinline__ uint32_t floatToBits(float v);
+template <> __device__ __forceinline__ uint32_t floatToBits<float>(float v) { return __float_as_uint(v); }
+template <> __device__ __forceinline__ uint32_t floatToBits<__half>(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+}
+template <> __device__ __forceinline__ uint32_t floatToBits<__nv_bfloat16>(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+
+__device__ __forceinline__ uint32_t word(const uint4& u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+// A raw VEC-element chunk as it sits in memory. VEC * sizeof(T) is 16 bytes
+// (one LDG.128/STG.128) or VEC == 1 (scalar path for unaligned layouts).
+// get(e) must be called with a compile-time e (unrolled loops).
+template <typename T, int VEC> struct Raw {
+    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC must be 1 or a 16-byte vector");
+    using Storage = typename std::conditional<VEC == 1, T, uint4>::type;
+    Storage s;
+    __device__ __forceinline__ float get(int e) const {
+        if constexpr (VEC == 1) {
+            return toFloat<T>(s);
+        } else if constexpr (sizeof(T) == 4) {
+            return bitsToFloat<T>(word(s, e));
+        } else {
+            const uint32_t w = word(s, e >> 1);
+            return bitsToFloat<T>((e & 1) ? (w >> 16) : (w & 0xffffu));
+        }
+    }
+    // As get(), through an opaque copy the compiler cannot hoist or share
+    // across loop iterations: kernels that hold packed data in registers and
+    // sweep it several times use this so that the unpacked floats are not
+    // kept alive between sweeps (which would double the registers).
+    __device__ __forceinline__ float getFresh(int e) const {
+        if constexpr (VEC == 1) {
+            return toFloat<T>(s);
+        } else {
+            uint32_t w = word(s, sizeof(T) == 4 ? e : (e >> 1));
+            asm volatile("mov.b32 %0, %0;" : "+r"(w));
+            if constexpr (sizeof(T) == 4) {
+                return bitsToFloat<T>(w);
+            } else {
+                return bitsToFloat<T>((e & 1) ? (w >> 16) : (w & 0xffffu));
+            }
+        }
+    }
+};
+
+enum class Cache { kDefault, kStreaming };
+
+template <typename T, int VEC, Cache C = Cache::kDefault>
+__device__ __forceinline__ Raw<T, VEC> loadRaw(const T* p) {
+    Raw<T, VEC> r;
+    if constexpr (VEC == 1) {
+        r.s = *p;
+    } else if constexpr (C == Cache::kStreaming) {
+        r.s = __ldcs(reinterpret_cast<const uint4*>(p));  // last use: evict first
+    } else {
+        r.s = *reinterpret_cast<const uint4*>(p);
+    }
+    return r;
+}
+
+template <typename T, int VEC, Cache C = Cache::kDefault>
+__device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
+    if constexpr (VEC == 1) {
+        *p = fromFloat<T>(f[0]);
+    } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (sizeof(T) == 4) {
+                w[i] = floatToBits<T>(f[i]);
+            } else {
+                w[i] = floatToBits<T>(f[2 * i]) | (floatToBits<T>(f[2 * i + 1]) << 16);
+            }
+        }
+        const uint4 u = make_uint4(w[0], w[1], w[2], w[3]);
+        if constexpr (C == Cache::kStreaming) {
+            __stcs(reinterpret_cast<uint4*>(p), u);
+        } else {
+            *reinterpret_cast<uint4*>(p) = u;
+        }
+    }
+}
+
+// gamma/beta are stored either as the input dtype or as fp32.
+template <typename T>
+__device__ __forceinline__ float loadAffine(const void* p, int64_t c, bool fp32, float dflt) {
+    if (p == nullptr) return dflt;
+    return fp32 ? __ldg(static_cast<const float*>(p) + c) : toFloat<T>(static_cast<const T*>(p)[c]);
+}
+
+template <typename T>
+__device__ __forceinline__ float activate(float v, int act) {
+    if (act == TRTGN_ACTIVATION_SILU) {
+        // x * sigmoid(x) = x / (1 + e^-x). The approximate exp and divide are
+        // within a few fp32 ulp (1e-5 relative is the fp32 target); for
+        // x < -88, e^-x is inf and the result -0 (true value below 1e-37).
+        return __fdividef(v, 1.0f + __expf(-v));
+    }
+    return v;
+}
+
+// Running statistics of a set of values: count, mean and M2 = sum((x-mean)^2).
+struct Welford {
+    float n, mean, m2;
+};
+
+// Chan et al.'s parallel merge; exact in exact arithmetic and free of the
+// E[x^2] - E[x]^2 cancellation.
+__device__ __forceinline__ Welford welfordMerge(Welford a, Welford b) {
+    const float n = a.n + b.n;
+    if (n == 0.f) return a;
+    const float wb = b.n / n;
+    const float d = b.mean - a.mean;
+    Welford r;
+    r.n = n;
+    r.mean = a.mean + d * wb;
+    r.m2 = a.m2 + b.m2 + d * d * a.n * wb;
+    return r;
+}
+
+__device__ __forceinline__ Welford shflXorWelford(Welford w, int mask) {
+    Welford o;
+    o.n = __shfl_xor_sync(0xffffffffu, w.n, mask);
+    o.mean = __shfl_xor_sync(0xffffffffu, w.mean, mask);
+    o.m2 = __shfl_xor_sync(0xffffffffu, w.m2, mask);
+    return o;
+}
+
+__device__ __forceinline__ Welford warpMergeWelford(Welford w) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) w = welfordMerge(w, shflXorWelford(w, m));
+    return w;
+}
+
+template <typename F>
+__device__ __forceinline__ F warpSum(F v) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    return v;
+}
+
+__host__ __device__ constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace trtgn

@@ -1,0 +1,36 @@
+// Chooses the launch path for a validated problem on the current device.
+#include <cstdint>
+
+#include "group_norm_fused.h"
+#include "group_norm_launch.h"
+
+namespace trtgn {
+
+size_t workspaceBytes(const Problem& p) { return twoPassWorkspaceBytes(p); }
+
+static int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
+
+cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream) {
+    int device = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e != cudaSuccess) return e;
+    DeviceInfo dev{};
+    e = cudaDeviceGetAttribute(&dev.numSMs, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return e;
+    e = cudaDeviceGetAttribute(&dev.ccMajor, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return e;
+
+    // The single-pass path works on 16-byte vectors only.
+    const int vec = 16 / elementBytes(p.dtype);
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    const bool vectorizable = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0
+                                                            : aligned && p.hw % vec == 0;
+    if (vectorizable) {
+        bool launched = false;
+        e = tryLaunchFused(p, dev, stream, &launched);
+        if (launched || e != cudaSuccess) return e;
+    }
+    return launchTwoPass(p, dev, workspace, stream);
+}
+
+}  // namespace trtgn

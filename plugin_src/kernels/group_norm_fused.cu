@@ -1,0 +1,477 @@
+// Single-pass GroupNorm: each (batch, group set) is held in the registers of
+// one block, or of a thread-block cluster of up to 8 blocks on Hopper, which
+// exchange their partial sums through distributed shared memory. x is read
+// from memory once and y written once (the floor: a device copy's traffic).
+//
+// Statistics are exact two-pass in registers: first the sum (-> mean), then
+// sum((x - mean)^2) (-> variance), both of x minus the group's first element,
+// in double across warps and blocks.
+//
+// NHWC: a "set" is the smallest run of channels that holds whole groups and
+// whole 16-byte vectors (lcm(C/G, VEC) channels, Vs vectors). Each pixel's
+// set is read by Vp = pow2 >= Vs adjacent lanes (Vp - Vs idle), so a warp
+// reads 32/Vp pixels' contiguous runs and reduces with xor shuffles.
+// NCHW: a group is one contiguous run of (C/G)*H*W elements; threads own
+// consecutive 16-byte vectors of it.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+
+#include "group_norm_common.cuh"
+#include "group_norm_fused.h"
+
+namespace cg = cooperative_groups;
+
+namespace trtgn {
+namespace {
+
+constexpr int kVptChoices[] = {1, 2, 4, 8, 16};
+
+// At most 512 threads a block, so the compiler may give each thread up to 128
+// registers: the data (4 per 16-byte vector) plus per-element statistics.
+constexpr int kFusedMaxThreads = 512;
+__host__ __device__ constexpr int fusedMaxThreads(int) { return kFusedMaxThreads; }
+// Registers a thread needs, for the occupancy estimate of the planner.
+constexpr int fusedRegs(int vpt, bool nhwc) { return (nhwc ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwc ? 64 : 32) + 6 * vpt; }
+
+struct FusedArgs {
+    const void* x;
+    void* y;
+    const void* gamma;
+    const void* beta;
+    int64_t hw;        // pixels per image
+    int64_t cs;        // channel stride (NHWC)
+    int64_t units;     // NHWC: pixels (= hw); NCHW: vectors per group
+    int cpg;           // channels per group
+    int setChannels;   // NHWC: channels per set; NCHW: unused
+    int vs;            // NHWC: vectors per set
+    int vp;            // NHWC: lanes per pixel (power of two >= vs)
+    int R;             // NHWC: pixel rows per block; NCHW: threads
+    int K;             // blocks per cluster
+    int groupsPerN;    // NCHW: G; NHWC: sets per image
+    int c;             // channels
+    double invCount;   // 1 / elements per group
+    float eps;
+    int act;
+    bool affineFp32;
+};
+
+__device__ __forceinline__ int clusterRank(int K) {
+#if __CUDA_ARCH__ >= 900
+    if (K > 1) return static_cast<int>(cg::this_cluster().block_rank());
+#endif
+    return 0;
+}
+
+// Makes every block's shared-memory partials visible to the whole cluster.
+__device__ __forceinline__ void clusterSync(int K) {
+#if __CUDA_ARCH__ >= 900
+    if (K > 1) {
+        cg::this_cluster().sync();
+        return;
+    }
+#endif
+    __syncthreads();
+}
+
+// Sums arr[i] (i < count) over the K blocks of the cluster, one lane per
+// (i, rank), the lanes of one i adjacent, in double, and stores
+// finish(i, total) for each i. Every thread of the block calls this; the xor
+// tree has a fixed order, so every block gets bit-identical statistics.
+template <typename Finish>
+__device__ __forceinline__ void clusterSumEach(double* arr, int count, int K, Finish finish) {
+    for (int base = 0; base < count * K; base += blockDim.x) {
+        const int idx = base + threadIdx.x;
+        const int i = idx / K, k = idx - i * K;
+        double v = 0.0;
+        if (i < count) {
+#if __CUDA_ARCH__ >= 900
+            if (K > 1) {
+                v = *cg::this_cluster().map_shared_rank(arr + i, k);
+            } else
+#endif
+            {
+                v = arr[i];
+            }
+        }
+        for (int m = K >> 1; m >= 1; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+        if (i < count && k == 0) finish(i, v);
+    }
+}
+
+// A block may not exit while others still read its shared memory: arrive
+// after the last remote read, wait just before exiting.
+__device__ __forceinline__ void clusterArrive(int K) {
+#if __CUDA_ARCH__ >= 900
+    if (K > 1) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void clusterWait(int K) {
+#if __CUDA_ARCH__ >= 900
+    if (K > 1) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// ---------------------------------------------------------------- NHWC ----
+
+// Statistics are taken of d = x - k, with k the group's first element (read
+// by every block alike): sums of d stay small, so fp32 keeps full precision
+// even for |mean| >> std, and y = (d - mean_d) * rstd * gamma + beta never
+// subtracts two large numbers.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a) {
+    constexpr int VEC = kVec16<T>;
+    constexpr int kMaxWarps = kFusedMaxThreads / 32;
+    __shared__ float red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
+    __shared__ double part[2][VEC];  // this block's sum per group of the set (<= VEC groups), per phase
+    __shared__ float stat[2][VEC];   // mean_d, rstd per group of the set
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int numWarps = blockDim.x >> 5;
+    const int v = lane & (a.vp - 1);
+    const int prow = warp * (32 / a.vp) + lane / a.vp;  // pixel row within the block
+    const bool active = v < a.vs;
+    const int gps = a.setChannels / a.cpg;  // groups in the set
+    const int K = a.K;
+    const int rank = clusterRank(K);
+    const int64_t set = blockIdx.x / K;
+    const int64_t n = blockIdx.y;
+    const int64_t setBase = n * a.hw * a.cs + set * a.setChannels;
+    const int vc = active ? v : 0;  // idle lanes mirror lane 0's channels, never load or store
+    const int64_t c0 = set * a.setChannels + int64_t(vc) * VEC;
+    const T* x = static_cast<const T*>(a.x) + setBase + vc * VEC;
+    T* y = static_cast<T*>(a.y) + setBase + vc * VEC;
+    auto pixel = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + prow; };
+
+    Raw<T, VEC> data[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (active && pixel(i) < a.hw) data[i] = loadRaw<T, VEC>(x + pixel(i) * a.cs);
+    }
+    // gamma/beta now, so that their latency overlaps the data's.
+    float gamma[VEC], beta[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
+        beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
+    }
+
+    int gOf[VEC];
+    float shiftK[VEC], meanD[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        gOf[e] = (vc * VEC + e) / a.cpg;
+        shiftK[e] = toFloat<T>(static_cast<const T*>(a.x)[setBase + gOf[e] * a.cpg]);
+        meanD[e] = 0.f;
+    }
+
+#pragma unroll 1
+    for (int phase = 0; phase < 2; ++phase) {
+        float acc[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (active && pixel(i) < a.hw) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
+                    acc[e] += phase == 0 ? d : d * d;
+                }
+            }
+        }
+        // Sum the warp's pixels: lanes l, l + vp, l + 2vp, ... share a vector.
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            for (int m = 16; m >= a.vp; m >>= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], m);
+        }
+        if (lane < a.vs) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) red[warp][lane][e] = acc[e];
+        }
+        __syncthreads();
+        // One warp per group of the set sums its (warp, channel) partials in a
+        // fixed order.
+        // (Lanes take consecutive channels: consecutive banks, no division.)
+        for (int gi = warp; gi < gps; gi += numWarps) {
+            double sum = 0.0;
+            for (int cl = lane; cl < a.cpg; cl += 32) {
+                const int ch = gi * a.cpg + cl;
+                for (int w = 0; w < numWarps; ++w) sum += red[w][ch / VEC][ch % VEC];
+            }
+            sum = warpSum(sum);
+            if (lane == 0) part[phase][gi] = sum;
+        }
+        clusterSync(K);
+        clusterSumEach(&part[phase][0], gps, K, [&](int i, double total) {
+            stat[phase][i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
+        });
+        __syncthreads();
+        if (phase == 0) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) meanD[e] = stat[0][gOf[e]];
+        }
+    }
+    clusterArrive(K);
+
+    // y = (x - k) * scale + (beta - mean_d * scale): x - k is exact and both
+    // terms are of the output's magnitude, so nothing large cancels.
+    float scale[VEC], shift[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        scale[e] = stat[1][gOf[e]] * gamma[e];
+        shift[e] = beta[e] - meanD[e] * scale[e];
+    }
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (active && pixel(i) < a.hw) {
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK[e], scale[e], shift[e]), a.act);
+            }
+            storeVec<T, VEC>(y + pixel(i) * a.cs, out);
+        }
+    }
+    clusterWait(K);
+}
+
+// ---------------------------------------------------------------- NCHW ----
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a) {
+    constexpr int VEC = kVec16<T>;
+    __shared__ float red[32];
+    __shared__ double part[2];
+    __shared__ float stat[2];
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int K = a.K;
+    const int rank = clusterRank(K);
+    const int64_t g = blockIdx.x / K;
+    const int64_t n = blockIdx.y;
+    const int64_t base = (n * a.c + g * a.cpg) * a.hw;  // first element of the group
+    const T* x = static_cast<const T*>(a.x) + base;
+    T* y = static_cast<T*>(a.y) + base;
+
+    Raw<T, VEC> data[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
+        if (j < a.units) data[i] = loadRaw<T, VEC>(x + j * VEC);
+    }
+    const float shiftK = toFloat<T>(x[0]);  // see gnFusedNHWC
+
+    float meanD = 0.f;
+#pragma unroll 1
+    for (int phase = 0; phase < 2; ++phase) {
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
+            if (j < a.units) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    const float d = (data[i].getFresh(e) - shiftK) - meanD;
+                    acc += phase == 0 ? d : d * d;
+                }
+            }
+        }
+        acc = warpSum(acc);
+        if (lane == 0) red[warp] = acc;
+        __syncthreads();
+        if (warp == 0) {
+            double s = lane < int(blockDim.x >> 5) ? red[lane] : 0.0;
+            s = warpSum(s);
+            if (lane == 0) part[phase] = s;
+        }
+        clusterSync(K);
+        clusterSumEach(&part[phase], 1, K, [&](int, double total) {
+            stat[phase] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
+        });
+        __syncthreads();
+        if (phase == 0) meanD = stat[0];
+    }
+    clusterArrive(K);
+
+    const float rstd = stat[1];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
+        if (j < a.units) {
+            // hw % VEC == 0 on this path, so a vector lies in one channel.
+            const int64_t off = j * VEC;
+            const int64_t c = g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
+            const float s = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+            const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * s;  // see gnFusedNHWC
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, s, b), a.act);
+            storeVec<T, VEC>(y + j * VEC, out);
+        }
+    }
+    clusterWait(K);
+}
+
+// ------------------------------------------------------------ planning ----
+
+struct FusedPlan {
+    bool ok = false;
+    int K = 0, vpt = 0, R = 0, threads = 0;
+};
+
+// Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
+// block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
+// minimising the data the busiest SM must hold per wave, padding included.
+FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool nhwc) {
+    FusedPlan best;
+    double bestCost = 0;
+    const int64_t rowQuantum = std::max(1, 32 / lanes);  // whole warps
+    for (int K = 1; K <= maxK; K *= 2) {
+        for (int vpt : kVptChoices) {
+            const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
+            const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
+            const int64_t threads = R * lanes;
+            if (threads > fusedMaxThreads(vpt)) continue;
+            if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
+            const int64_t regs = fusedRegs(vpt, nhwc);
+            const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
+            // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
+            // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
+            const int64_t slots = int64_t(numSMs) * bps;
+            const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
+            const int64_t waves = ceilDiv(clusters, concurrent);
+            const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
+            // Estimated cycles of one wave: a fixed latency, each thread's serial
+            // chain (three sweeps over VPT vectors), the SM's share of the
+            // bytes (read + write, ~32 B/cycle/SM from L2), cluster barriers.
+            const double chain = 600.0 * vpt;
+            const double bytes = double(busy * threads * vpt) * 32.0 / 32.0;
+            const double cost = double(waves) * (2000.0 + chain + bytes) + (K > 1 ? 1500.0 : 0.0);
+            if (!best.ok || cost < bestCost) {
+                best.ok = true;
+                best.K = K;
+                best.vpt = vpt;
+                best.R = int(R);
+                best.threads = int(threads);
+                bestCost = cost;
+            }
+        }
+    }
+    return best;
+}
+
+template <typename T, template <typename, int> class Kernel>
+void* pickKernel(int vpt);
+
+template <typename T, int VPT>
+struct NHWCKernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedNHWC<T, VPT>); }
+};
+template <typename T, int VPT>
+struct NCHWKernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedNCHW<T, VPT>); }
+};
+
+template <typename T, template <typename, int> class Kernel>
+void* pickKernel(int vpt) {
+    switch (vpt) {
+        case 1: return Kernel<T, 1>::get();
+        case 2: return Kernel<T, 2>::get();
+        case 4: return Kernel<T, 4>::get();
+        case 8: return Kernel<T, 8>::get();
+        default: return Kernel<T, 16>::get();
+    }
+}
+
+int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+template <typename T>
+cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_t stream, bool* launched) {
+    constexpr int VEC = kVec16<T>;
+    *launched = false;
+    const int maxK = dev.ccMajor >= 9 ? 8 : 1;  // thread-block clusters need Hopper
+    FusedArgs a{};
+    a.x = p.x;
+    a.y = p.y;
+    a.gamma = p.gamma;
+    a.beta = p.beta;
+    a.hw = p.hw;
+    a.cs = p.cs;
+    a.cpg = int(p.cpg);
+    a.c = int(p.c);
+    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
+    a.eps = p.eps;
+    a.act = int(p.act);
+    a.affineFp32 = p.affineFp32;
+    if (p.n > 65535 || p.c > (int64_t(1) << 30)) return cudaSuccess;
+
+    FusedPlan plan;
+    void* kernel = nullptr;
+    if (p.layout == TRTGN_LAYOUT_NHWC) {
+        const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
+        const int64_t vs = setChannels / VEC;
+        if (vs > 32) return cudaSuccess;
+        int vp = 1;
+        while (vp < vs) vp <<= 1;
+        const int64_t sets = p.c / setChannels;
+        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, true);
+        if (!plan.ok) return cudaSuccess;
+        a.setChannels = int(setChannels);
+        a.vs = int(vs);
+        a.vp = vp;
+        a.groupsPerN = int(sets);
+        a.units = p.hw;
+        kernel = pickKernel<T, NHWCKernel>(plan.vpt);
+    } else {
+        const int64_t units = p.cpg * p.hw / VEC;
+        plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, false);
+        if (!plan.ok) return cudaSuccess;
+        a.groupsPerN = int(p.groups);
+        a.units = units;
+        kernel = pickKernel<T, NCHWKernel>(plan.vpt);
+    }
+    a.R = plan.R;
+    a.K = plan.K;
+
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(unsigned(int64_t(a.groupsPerN) * plan.K), unsigned(p.n), 1);
+    cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if (plan.K > 1) {
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = unsigned(plan.K);
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    void* args[] = {&a};
+    *launched = true;
+    return cudaLaunchKernelExC(&cfg, kernel, args);
+}
+
+}  // namespace
+
+cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, cudaStream_t stream, bool* launched) {
+    switch (p.dtype) {
+        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, stream, launched);
+        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, stream, launched);
+        case TRTGN_DTYPE_BFLOAT16: return tryLaunchFusedT<__nv_bfloat16>(p, dev, stream, launched);
+    }
+    *launched = false;
+    return cudaSuccess;
+}
+
+}  // namespace trtgn

@@ -1,0 +1,509 @@
+// Two-pass GroupNorm for tensors too large to keep on chip, and for layouts
+// without 16-byte vectors:
+//   1. statistics: about one wave of blocks, each walks a chunk of pixels
+//      (NHWC: whole pixel rows, so every warp reads contiguous memory) and
+//      keeps per-thread shifted sums per channel; a block writes one
+//      (mean, M2) partial per channel (NHWC) or per group (NCHW);
+//   2. finalisation: one warp per (n, group) merges its partials (Chan) into
+//      mean and 1/sqrt(var + eps);
+// Statistics are taken of d = x - k, k the group's first element, so that
+// fp32 keeps full precision for |mean| >> std (see group_norm_fused.cu).
+//   3. application: the same blocks walk their chunks in REVERSE, so the data
+//      the statistics pass read last (still in L2) is read first; the last
+//      read of x and the write of y are marked evict-first.
+#include <algorithm>
+
+#include "group_norm_common.cuh"
+#include "group_norm_fused.h"
+
+namespace trtgn {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kUnroll = 4;       // independent 16-byte loads in flight per thread (apply)
+constexpr int kStatsUnroll = 8;  // the statistics pass keeps less state: more loads in flight
+
+struct TwoPassArgs {
+    const void* x;
+    void* y;
+    const void* gamma;
+    const void* beta;
+    float2* partials;  // (mean, M2)
+    float4* stats;     // (k, mean of x - k, rstd, unused) per (n, group)
+    int64_t n, hw, cs, c;
+    int64_t cpg, groups;
+    int64_t chunkUnits;  // NHWC: pixels per chunk; NCHW: vectors per chunk
+    int64_t units;       // NHWC: hw; NCHW: vectors per group
+    int chunks;          // chunks per image (NHWC) / per group (NCHW)
+    int vb;              // NHWC: vectors per block row
+    int rows;            // NHWC: pixel rows per block
+    float eps;
+    int act;
+    bool affineFp32;
+};
+
+struct FinalizeArgs {
+    const void* x;
+    const float2* partials;
+    float4* stats;
+    int64_t kN, kG;       // element offset of the group's first element: n*kN + g*kG
+    int64_t nGroups;      // N * G
+    int64_t groups;
+    int64_t nStride, gStride, chunkStride;
+    int64_t members;      // partials per chunk per group: channels (NHWC) or 1 (NCHW)
+    int64_t chunks;
+    int64_t chunkUnits, totalUnits;  // elements per partial = min(chunkUnits, totalUnits - chunk*chunkUnits) * unitElems
+    int64_t unitElems;
+    float eps;
+};
+
+// ---------------------------------------------------------------- NHWC ----
+
+// Per thread and channel: sums s1, s2 of d = x - k_t, k_t the first value
+// the thread reads (no per-element division, unlike Welford's update). At the
+// end M2 = s2 - s1^2/n; its rounding error is bounded by n * eps * (k_t -
+// mean)^2, which k_t itself contributes to the group's M2, so the error stays
+// at ~n*eps of M2 even when k_t is an outlier. Means are kept relative to the
+// group's first element k_g (exact: (k_t - k_g) + s1/n), as the finaliser and
+// the apply pass expect.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
+    __shared__ float smMean[kThreads * VEC];
+    __shared__ float smM2[kThreads * VEC];
+    __shared__ float smCnt[kThreads];
+
+    const int tid = threadIdx.x;
+    const int v = tid % a.vb, row = tid / a.vb;
+    const int64_t n = blockIdx.x / a.chunks;
+    const int64_t chunk = blockIdx.x - n * a.chunks;
+    const int64_t vg = int64_t(blockIdx.y) * a.vb + v;  // vector index within the pixel
+    const bool active = vg * VEC < a.c;
+    const int64_t p0 = chunk * a.chunkUnits;
+    const int64_t p1 = min(a.hw, p0 + a.chunkUnits);
+
+    float mean[VEC], m2[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) mean[e] = m2[e] = 0.f;
+    float cnt = 0.f;
+    if (active && p0 + row < p1) {
+        const T* xn = static_cast<const T*>(a.x) + n * a.hw * a.cs;
+        const T* x = xn + vg * VEC;
+        const int64_t step = a.rows;
+        int64_t p = p0 + row;
+        const Raw<T, VEC> first = loadRaw<T, VEC>(x + p * a.cs);
+        float kt[VEC], s1[VEC], s2[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            kt[e] = first.get(e);
+            s1[e] = s2[e] = 0.f;
+        }
+        cnt = 1.f;
+        p += step;
+        for (; p + (kStatsUnroll - 1) * step < p1; p += kStatsUnroll * step) {
+            Raw<T, VEC> d[kStatsUnroll];
+#pragma unroll
+            for (int u = 0; u < kStatsUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (p + u * step) * a.cs);
+#pragma unroll
+            for (int u = 0; u < kStatsUnroll; ++u) {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    const float dv = d[u].get(e) - kt[e];
+                    s1[e] += dv;
+                    s2[e] = fmaf(dv, dv, s2[e]);
+                }
+            }
+            cnt += float(kStatsUnroll);
+        }
+        for (; p < p1; p += step) {
+            const Raw<T, VEC> d = loadRaw<T, VEC>(x + p * a.cs);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float dv = d.get(e) - kt[e];
+                s1[e] += dv;
+                s2[e] = fmaf(dv, dv, s2[e]);
+            }
+            cnt += 1.f;
+        }
+        const float rc = 1.f / cnt;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const float md = s1[e] * rc;
+            const float kg = toFloat<T>(xn[(vg * VEC + e) / a.cpg * a.cpg]);  // the group's first element
+            mean[e] = (kt[e] - kg) + md;
+            const float m = s2[e] - s1[e] * md;
+            m2[e] = m < 0.f ? 0.f : m;  // rounding; NaN and Inf pass through
+        }
+    }
+
+    // Merge the block's rows pairwise (tree), per channel.
+    const int width = a.vb * VEC;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        smMean[row * width + v * VEC + e] = mean[e];
+        smM2[row * width + v * VEC + e] = m2[e];
+    }
+    smCnt[tid] = cnt;
+    int span = 1;
+    while (span < a.rows) span <<= 1;
+    for (int s = span >> 1; s > 0; s >>= 1) {
+        __syncthreads();
+        if (row < s && row + s < a.rows) {
+            const int other = (row + s) * width + v * VEC;
+            const int mine = row * width + v * VEC;
+            const float nb = smCnt[tid + s * a.vb];
+            const float na = smCnt[tid];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const Welford w = welfordMerge({na, smMean[mine + e], smM2[mine + e]},
+                                               {nb, smMean[other + e], smM2[other + e]});
+                smMean[mine + e] = w.mean;
+                smM2[mine + e] = w.m2;
+            }
+            smCnt[tid] = na + nb;
+        }
+    }
+    __syncthreads();
+    if (row == 0 && active) {
+        float2* out = a.partials + (n * a.chunks + chunk) * a.c + vg * VEC;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = make_float2(smMean[v * VEC + e], smM2[v * VEC + e]);
+    }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
+    const int tid = threadIdx.x;
+    const int v = tid % a.vb, row = tid / a.vb;
+    const int64_t n = blockIdx.x / a.chunks;
+    const int64_t chunk = blockIdx.x - n * a.chunks;
+    const int64_t vg = int64_t(blockIdx.y) * a.vb + v;
+    if (vg * VEC >= a.c) return;
+    const int64_t p0 = chunk * a.chunkUnits;
+    const int64_t p1 = min(a.hw, p0 + a.chunkUnits);
+    if (p0 + row >= p1) return;
+
+    // y = (x - k) * scale + (beta - mean_d * scale): x - k is exact and both
+    // terms are of the output's magnitude, so nothing large cancels.
+    float shiftK[VEC], scale[VEC], shift[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        const int64_t c = min(vg * VEC + e, a.c - 1);
+        const float4 st = a.stats[n * a.groups + c / a.cpg];
+        shiftK[e] = st.x;
+        scale[e] = st.z * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+        shift[e] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - st.y * scale[e];
+    }
+    const int64_t base = n * a.hw * a.cs + vg * VEC;
+    const T* x = static_cast<const T*>(a.x) + base;
+    T* y = static_cast<T*>(a.y) + base;
+    const int64_t step = a.rows;
+    // Last pixel of this row, then walk backwards.
+    int64_t p = p0 + row + ((p1 - 1 - p0 - row) / step) * step;
+    for (; p - (kUnroll - 1) * step >= p0; p -= kUnroll * step) {
+        Raw<T, VEC> d[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC, Cache::kStreaming>(x + (p - u * step) * a.cs);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d[u].get(e) - shiftK[e], scale[e], shift[e]), a.act);
+            storeVec<T, VEC, Cache::kStreaming>(y + (p - u * step) * a.cs, out);
+        }
+    }
+    for (; p >= p0; p -= step) {
+        const Raw<T, VEC> d = loadRaw<T, VEC, Cache::kStreaming>(x + p * a.cs);
+        float out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d.get(e) - shiftK[e], scale[e], shift[e]), a.act);
+        storeVec<T, VEC, Cache::kStreaming>(y + p * a.cs, out);
+    }
+}
+
+// ---------------------------------------------------------------- NCHW ----
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, 2) gnStatsNCHW(TwoPassArgs a) {
+    __shared__ Welford smW[32];
+    const int tid = threadIdx.x;
+    const int64_t ng = blockIdx.x / a.chunks;  // n * G + g
+    const int64_t chunk = blockIdx.x - ng * a.chunks;
+    const int64_t q0 = chunk * a.chunkUnits;
+    const int64_t q1 = min(a.units, q0 + a.chunkUnits);
+    const T* x = static_cast<const T*>(a.x) + ng * a.cpg * a.hw;  // groups are contiguous
+
+    Welford w{0.f, 0.f, 0.f};
+    const float shiftK = toFloat<T>(x[0]);
+    // Each vector's own (mean, M2) is exact over VEC values; merge it in.
+    auto addVector = [&](const Raw<T, VEC>& d) {
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += d.get(e) - shiftK;
+        const float lm = s * (1.0f / VEC);
+        float lm2 = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const float dd = (d.get(e) - shiftK) - lm;
+            lm2 += dd * dd;
+        }
+        w = welfordMerge(w, {float(VEC), lm, lm2});
+    };
+    const int64_t step = blockDim.x;
+    int64_t j = q0 + tid;
+    for (; j + (kUnroll - 1) * step < q1; j += kUnroll * step) {
+        Raw<T, VEC> d[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (j + u * step) * VEC);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) addVector(d[u]);
+    }
+    for (; j < q1; j += step) addVector(loadRaw<T, VEC>(x + j * VEC));
+
+    w = warpMergeWelford(w);
+    const int warp = tid >> 5, lane = tid & 31;
+    if (lane == 0) smW[warp] = w;
+    __syncthreads();
+    if (warp == 0) {
+        w = lane < int(blockDim.x >> 5) ? smW[lane] : Welford{0.f, 0.f, 0.f};
+        w = warpMergeWelford(w);
+        if (lane == 0) a.partials[ng * a.chunks + chunk] = make_float2(w.mean, w.m2);
+    }
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, 2) gnApplyNCHW(TwoPassArgs a) {
+    const int tid = threadIdx.x;
+    const int64_t ng = blockIdx.x / a.chunks;
+    const int64_t chunk = blockIdx.x - ng * a.chunks;
+    const int64_t q0 = chunk * a.chunkUnits;
+    const int64_t q1 = min(a.units, q0 + a.chunkUnits);
+    if (q0 + tid >= q1) return;
+    const int64_t g = ng % a.groups;
+    const int64_t base = ng * a.cpg * a.hw;
+    const T* x = static_cast<const T*>(a.x) + base;
+    T* y = static_cast<T*>(a.y) + base;
+    const float4 st = a.stats[ng];
+    const int64_t c0 = g * a.cpg;
+    const bool small = a.units * VEC < (int64_t(1) << 32);
+
+    auto apply = [&](int64_t j, const Raw<T, VEC>& d) {
+        // hw % VEC == 0 whenever VEC > 1, so a vector lies in one channel.
+        const int64_t off = j * VEC;
+        const int64_t c = c0 + (small ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
+        const float s = st.z * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+        const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - st.y * s;
+        float out[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d.get(e) - st.x, s, b), a.act);
+        storeVec<T, VEC, Cache::kStreaming>(y + off, out);
+    };
+    const int64_t step = blockDim.x;
+    int64_t j = q0 + tid + ((q1 - 1 - q0 - tid) / step) * step;
+    for (; j - (kUnroll - 1) * step >= q0; j -= kUnroll * step) {
+        Raw<T, VEC> d[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC, Cache::kStreaming>(x + (j - u * step) * VEC);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) apply(j - u * step, d[u]);
+    }
+    for (; j >= q0; j -= step) apply(j, loadRaw<T, VEC, Cache::kStreaming>(x + j * VEC));
+}
+
+// ------------------------------------------------------------ finalize ----
+
+// Partials are (mean, M2) of x - k_g with known counts; in double, the sums
+// S = sum(n_i * mean_i) and Q = sum(M2_i + n_i * mean_i^2) lose nothing that
+// matters (the means are small next to k_g), and need no division per item.
+constexpr int kFinalizeThreads = 256;
+
+// One block per (n, group): its threads load the group's partials together
+// (one latency, not one per item) and sum in double.
+template <typename T>
+__global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
+    __shared__ double sm[3][kFinalizeThreads / 32];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int64_t idx = blockIdx.x;
+    const int64_t n = idx / f.groups, g = idx - n * f.groups;
+    const float2* part = f.partials + n * f.nStride + g * f.gStride;
+    double cnt = 0.0, sum = 0.0, sq = 0.0;
+    const int members = int(f.members);
+    const int items = int(f.chunks) * members;  // <= kMaxStatsBlocks * C
+    for (int i = tid; i < items; i += kFinalizeThreads) {
+        const int chunk = i / members, m = i - chunk * members;
+        const float2 pm = part[int64_t(chunk) * f.chunkStride + m];
+        const double ci = double(min(f.chunkUnits, f.totalUnits - chunk * f.chunkUnits) * f.unitElems);
+        const double mi = pm.x;
+        cnt += ci;
+        sum = fma(ci, mi, sum);
+        sq += fma(ci * mi, mi, double(pm.y));
+    }
+    cnt = warpSum(cnt);
+    sum = warpSum(sum);
+    sq = warpSum(sq);
+    if (lane == 0) {
+        sm[0][warp] = cnt;
+        sm[1][warp] = sum;
+        sm[2][warp] = sq;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        cnt = sum = sq = 0.0;
+        for (int w = 0; w < kFinalizeThreads / 32; ++w) {
+            cnt += sm[0][w];
+            sum += sm[1][w];
+            sq += sm[2][w];
+        }
+        const double mean = sum / cnt;
+        double var = (sq - sum * mean) / cnt;
+        if (var < 0.0) var = 0.0;  // rounding; a NaN stays NaN
+        const float k = toFloat<T>(static_cast<const T*>(f.x)[n * f.kN + g * f.kG]);
+        f.stats[idx] = make_float4(k, float(mean), rsqrtf(float(var) + f.eps), 0.f);
+    }
+}
+
+// ------------------------------------------------------------- planning ---
+
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+size_t partialsCapacity(const Problem& p) {
+    // NHWC: n * chunks <= max(n, kMaxStatsBlocks) blocks, c partials each.
+    // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each.
+    if (p.layout == TRTGN_LAYOUT_NHWC) return size_t(std::max<int64_t>(p.n, kMaxStatsBlocks)) * size_t(p.c);
+    return size_t(std::max<int64_t>(p.n * p.groups, kMaxStatsBlocks));
+}
+
+template <typename T, int VEC>
+cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+    TwoPassArgs a{};
+    a.x = p.x;
+    a.y = p.y;
+    a.gamma = p.gamma;
+    a.beta = p.beta;
+    a.stats = static_cast<float4*>(workspace);
+    a.partials = reinterpret_cast<float2*>(static_cast<char*>(workspace) + alignUp(size_t(p.n * p.groups) * sizeof(float4)));
+    a.n = p.n;
+    a.hw = p.hw;
+    a.cs = p.cs;
+    a.c = p.c;
+    a.cpg = p.cpg;
+    a.groups = p.groups;
+    a.eps = p.eps;
+    a.act = int(p.act);
+    a.affineFp32 = p.affineFp32;
+
+    FinalizeArgs f{};
+    f.x = p.x;
+    f.partials = a.partials;
+    f.stats = a.stats;
+    f.nGroups = p.n * p.groups;
+    f.groups = p.groups;
+    f.eps = p.eps;
+
+    void* stats;
+    void* apply;
+    dim3 grid;
+    dim3 block;
+    if (p.layout == TRTGN_LAYOUT_NHWC) {
+        stats = reinterpret_cast<void*>(&gnStatsNHWC<T, VEC>);
+        apply = reinterpret_cast<void*>(&gnApplyNHWC<T, VEC>);
+        const int64_t V = ceilDiv(p.c, VEC);
+        a.vb = int(std::min<int64_t>(V, kThreads));
+        a.rows = kThreads / a.vb;
+        const int64_t slices = ceilDiv(V, a.vb);
+        int bps = 1;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, apply, a.vb * a.rows, 0);
+        if (e != cudaSuccess) return e;
+        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
+        int64_t chunks = ceilDiv(target, p.n * slices);
+        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / p.n));
+        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, p.hw));
+        a.chunkUnits = ceilDiv(p.hw, chunks);
+        a.chunks = int(ceilDiv(p.hw, a.chunkUnits));
+        a.units = p.hw;
+        grid = dim3(unsigned(p.n * a.chunks), unsigned(slices), 1);
+        block = dim3(unsigned(a.vb * a.rows), 1, 1);
+        f.nStride = int64_t(a.chunks) * p.c;
+        f.gStride = p.cpg;
+        f.chunkStride = p.c;
+        f.members = p.cpg;
+        f.chunks = a.chunks;
+        f.chunkUnits = a.chunkUnits;
+        f.totalUnits = p.hw;
+        f.unitElems = 1;
+        f.kN = p.hw * p.cs;
+        f.kG = p.cpg;
+    } else {
+        stats = reinterpret_cast<void*>(&gnStatsNCHW<T, VEC>);
+        apply = reinterpret_cast<void*>(&gnApplyNCHW<T, VEC>);
+        const int64_t units = p.cpg * p.hw / VEC;
+        int bps = 1;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, apply, kThreads, 0);
+        if (e != cudaSuccess) return e;
+        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
+        const int64_t ng = p.n * p.groups;
+        int64_t chunks = ceilDiv(target, ng);
+        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / ng));
+        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, ceilDiv(units, kThreads)));
+        a.chunkUnits = ceilDiv(units, chunks);
+        a.chunks = int(ceilDiv(units, a.chunkUnits));
+        a.units = units;
+        grid = dim3(unsigned(ng * a.chunks), 1, 1);
+        block = dim3(kThreads, 1, 1);
+        f.nStride = p.groups * a.chunks;
+        f.gStride = a.chunks;
+        f.chunkStride = 1;
+        f.members = 1;
+        f.chunks = a.chunks;
+        f.chunkUnits = a.chunkUnits * VEC;
+        f.totalUnits = units * VEC;
+        f.unitElems = 1;
+        f.kN = p.c * p.hw;
+        f.kG = p.cpg * p.hw;
+    }
+    if (grid.x > 0x7fffffffu) return cudaErrorInvalidConfiguration;
+
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = stream;
+    void* args[] = {&a};
+    cudaError_t e = cudaLaunchKernelExC(&cfg, stats, args);
+    if (e != cudaSuccess) return e;
+
+    cudaLaunchConfig_t fcfg = {};
+    fcfg.gridDim = dim3(unsigned(f.nGroups), 1, 1);
+    fcfg.blockDim = dim3(kFinalizeThreads, 1, 1);
+    fcfg.stream = stream;
+    void* fargs[] = {&f};
+    e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<void*>(&gnFinalize<T>), fargs);
+    if (e != cudaSuccess) return e;
+
+    return cudaLaunchKernelExC(&cfg, apply, args);
+}
+
+template <typename T>
+cudaError_t launchTwoPassDtype(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+    constexpr int VEC = kVec16<T>;
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    const bool vec = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % VEC == 0 && p.cs % VEC == 0
+                                                   : aligned && p.hw % VEC == 0;
+    return vec ? launchTwoPassT<T, VEC>(p, dev, workspace, stream) : launchTwoPassT<T, 1>(p, dev, workspace, stream);
+}
+
+}  // namespace
+
+size_t twoPassWorkspaceBytes(const Problem& p) {
+    return alignUp(size_t(p.n * p.groups) * sizeof(float4)) + alignUp(partialsCapacity(p) * sizeof(float2));
+}
+
+cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+    switch (p.dtype) {
+        case TRTGN_DTYPE_FLOAT32: return launchTwoPassDtype<float>(p, dev, workspace, stream);
+        case TRTGN_DTYPE_FLOAT16: return launchTwoPassDtype<__half>(p, dev, workspace, stream);
+        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassDtype<__nv_bfloat16>(p, dev, workspace, stream);
+    }
+    return cudaErrorInvalidValue;
+}
+
+}  // namespace trtgn
