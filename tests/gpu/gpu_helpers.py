@@ -1,0 +1,67 @@
+"""Helpers of the GPU tests: drive the kernels library through its raw C ABI on torch buffers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trt_gn import _lib
+from trt_gn.ops import _ABI_DTYPE
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
+GPU = [pytest.mark.gpu, requires_cuda]
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill with NaN, so an element the kernel forgets to write fails the comparison."""
+    return t.fill_(float("nan"))
+
+
+def params_for(x, y, weight, bias, groups, eps, activation, layout, channel_stride=None, shape=None):
+    """trtgn_params_t for x/y (torch tensors); `shape` (N, C, H, W) overrides x.shape for padded buffers."""
+    n, c, h, w = shape if shape is not None else x.shape
+    affine = [t for t in (weight, bias) if t is not None]
+    affine_dtype = affine[0].dtype if affine else x.dtype
+    assert all(t.dtype == affine_dtype for t in affine)
+    return _lib.Params(
+        x=x.data_ptr(), y=y.data_ptr(), n=n, c=c, h=h, w=w, num_groups=groups,
+        channel_stride=c if channel_stride is None else channel_stride,
+        layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
+        dtype=_ABI_DTYPE[x.dtype], activation=_lib.ACTIVATION_BY_NAME[activation], epsilon=eps,
+        gamma=weight.data_ptr() if weight is not None else None,
+        beta=bias.data_ptr() if bias is not None else None,
+        affine_dtype=_ABI_DTYPE[affine_dtype],
+    )
+
+
+def launch(params, device, stream=None) -> None:
+    """Allocate a workspace filled with garbage (its content on entry must not matter) and launch."""
+    nbytes = _lib.workspace_size(params)
+    workspace = torch.randint(0, 256, (max(nbytes, 1),), dtype=torch.uint8, device=device)
+    stream = torch.cuda.current_stream(device) if stream is None else stream
+    _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, stream.cuda_stream)
+    workspace.record_stream(stream)
+
+
+def run_raw(x, weight, bias, groups, eps, activation, layout, y=None):
+    """y = act(GroupNorm(x)) through the raw ABI into a NaN-poisoned output of x's memory format.
+
+    `layout` "nhwc" takes x as channels_last, "nchw" as contiguous (x is converted as needed).
+    """
+    x = x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x.contiguous()
+    if y is None:
+        y = poison_(torch.empty_like(x))
+    launch(params_for(x, y, weight, bias, groups, eps, activation, layout), x.device)
+    return y
+
+
+def affine_for(c, kind, dtype, device, generator=None):
+    """(weight, bias) as `kind`: "x" (x's dtype), "fp32" or "none"."""
+    if kind == "none":
+        return None, None
+    wd = dtype if kind == "x" else torch.float32
+    weight = (1 + 0.25 * torch.randn(c, device=device, generator=generator)).to(wd)
+    bias = (0.5 * torch.randn(c, device=device, generator=generator)).to(wd)
+    return weight, bias

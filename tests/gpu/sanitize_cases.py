@@ -1,0 +1,51 @@
+"""A few kernel launches for compute-sanitizer (not a pytest module):
+
+    compute-sanitizer --tool memcheck  python tests/gpu/sanitize_cases.py
+    compute-sanitizer --tool racecheck python tests/gpu/sanitize_cases.py
+
+Covers both layouts, the three dtypes, the single-block and multi-block paths (small and large
+H*W), odd channels per group and a padded channel stride; checks each result too."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_helpers import affine_for, launch, params_for, poison_, run_raw  # noqa: E402
+
+from trt_gn.reference import assert_close, group_norm_act_reference  # noqa: E402
+
+CASES = [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((2, 1280, 8, 8), 32), ((1, 64, 160, 160), 32),
+         ((3, 15, 5, 1), 5), ((1, 8, 1, 1), 8)]
+
+
+def main() -> int:
+    torch.manual_seed(0)
+    count = 0
+    for size, groups in CASES:
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for layout in ("nhwc", "nchw"):
+                x = torch.randn(size, device="cuda").to(dtype)
+                weight, bias = affine_for(size[1], "fp32", dtype, "cuda")
+                y = run_raw(x, weight, bias, groups, 1e-5, "silu", layout)
+                torch.cuda.synchronize()
+                assert_close(y, group_norm_act_reference(x, weight, bias, groups, 1e-5, "silu"), dtype,
+                             what=f"{size} {dtype} {layout}")
+                count += 1
+    # padded NHWC: C=20 stored with stride 24
+    xbuf = torch.randn(2, 9, 11, 24, device="cuda", dtype=torch.float16)
+    ybuf = poison_(torch.empty_like(xbuf))
+    launch(params_for(xbuf, ybuf, None, None, 5, 1e-5, "silu", "nhwc", channel_stride=24, shape=(2, 20, 9, 11)), "cuda")
+    torch.cuda.synchronize()
+    assert_close(ybuf[..., :20].permute(0, 3, 1, 2),
+                 group_norm_act_reference(xbuf[..., :20].permute(0, 3, 1, 2), None, None, 5, 1e-5, "silu"))
+    count += 1
+    print(f"sanitize_cases: {count} launches checked")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

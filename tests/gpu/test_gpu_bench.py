@@ -1,0 +1,31 @@
+"""`trt-gn bench` end to end on one small shape (the full run is `trt-gn bench`, see README)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from gpu_helpers import GPU
+
+from trt_gn import bench
+from trt_gn.cli import main
+
+pytestmark = GPU
+
+
+def test_bench_one_shape(tmp_path, capsys):
+    assert main(["bench", "--shapes", "sd15-unet-1280x8", "--dtypes", "fp16,bf16", "--replays", "30",
+                 "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "sd15-unet-1280x8" in out and "stay there for the copy and the kernels alike" in out
+    with open(tmp_path / "bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    impls = {(r["dtype"], r["impl"]) for r in rows}
+    assert impls == {(d, i) for d in ("fp16", "bf16") for i in
+                     (bench.COPY, *bench.OURS.values(), *bench.TORCH.values())}
+    for r in rows:
+        assert float(r["us_per_launch"]) > 0
+        if r["impl"] in bench.OURS.values():
+            assert float(r["max_abs_err"]) < 0.1  # the GPU correctness tests hold the exact bound
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "bench.png").stat().st_size > 1000

@@ -1,0 +1,184 @@
+"""The CUDA kernels against the float64 reference: every dtype x layout x activation on the shape
+list and on random shapes, affine variants, adversarial numerics, padded channel strides, 64-bit sizes.
+Every raw-ABI run writes into a NaN-poisoned output, proving each element is written."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+from gpu_helpers import DTYPES, GPU, affine_for, launch, params_for, poison_, run_raw
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trt_gn.reference import assert_close, group_norm_act_reference
+from trt_gn.shapes import SHAPES
+
+pytestmark = GPU
+
+DEVICE = "cuda"
+DTYPE_IDS = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def check(x, weight, bias, groups, eps, activation, layout, what=""):
+    y = run_raw(x, weight, bias, groups, eps, activation, layout)
+    torch.cuda.synchronize()
+    if layout == "nhwc":
+        assert y.is_contiguous(memory_format=torch.channels_last)
+    ref = group_norm_act_reference(x, weight, bias, groups, eps, activation)
+    assert_close(y, ref, x.dtype, what=what)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[s.name for s in SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("activation", ["silu", "none"])
+def test_shape_list(shape, dtype, layout, activation):
+    torch.manual_seed(zlib.crc32(f"{shape.name} {dtype} {layout} {activation}".encode()))
+    x = (torch.randn(shape.size, device=DEVICE) * 2 + 0.5).to(dtype)
+    # gamma/beta in x's dtype with SiLU, in fp32 without (both kinds on every shape and dtype)
+    weight, bias = affine_for(shape.c, "x" if activation == "silu" else "fp32", dtype, DEVICE)
+    check(x, weight, bias, shape.groups, shape.eps, activation, layout, shape.name)
+
+
+@pytest.mark.parametrize("affine", ["x", "fp32", "none"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((3, 64, 5, 5), 1)])
+def test_affine_variants(affine, dtype, layout, size, groups):
+    torch.manual_seed(7)
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    weight, bias = affine_for(size[1], affine, dtype, DEVICE)
+    check(x, weight, bias, groups, 1e-5, "silu", layout)
+    if affine != "none":  # only one of the two
+        check(x, weight, None, groups, 1e-5, "silu", layout)
+        check(x, None, bias, groups, 1e-5, "none", layout)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(1, 3),
+    groups=st.sampled_from([1, 2, 3, 4, 5, 8, 16, 32, 64]),
+    cpg=st.one_of(st.integers(1, 12), st.sampled_from([15, 17, 20, 31, 32, 40, 63, 64, 80])),
+    h=st.one_of(st.just(1), st.integers(1, 48)),
+    w=st.one_of(st.just(1), st.integers(1, 48)),
+    dtype=st.sampled_from(DTYPES),
+    layout=st.sampled_from(["nhwc", "nchw"]),
+    activation=st.sampled_from(["none", "silu"]),
+    affine=st.sampled_from(["x", "fp32", "none"]),
+    eps=st.sampled_from([1e-5, 1e-6, 0.0, 1e-2]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_random_shapes(n, groups, cpg, h, w, dtype, layout, activation, affine, eps, seed):
+    c = groups * cpg
+    torch.manual_seed(seed)
+    x = (torch.randn(n, c, h, w, device=DEVICE) * 1.5 - 0.3).to(dtype)
+    if eps == 0.0 and h * w * cpg < 16:
+        eps = 1e-5  # a tiny group may round to one value: variance 0 with eps 0 is 0 * inf = NaN
+    weight, bias = affine_for(c, affine, dtype, DEVICE)
+    check(x, weight, bias, groups, eps, activation, layout, f"N={n} C={c} G={groups} H={h} W={w}")
+
+
+def test_groups_equal_channels_and_single_group():
+    for size, groups in [((2, 32, 8, 8), 32), ((1, 640, 4, 4), 640), ((2, 320, 12, 12), 1), ((1, 7, 3, 3), 7)]:
+        for layout in ("nhwc", "nchw"):
+            x = torch.randn(size, device=DEVICE, dtype=torch.float16)
+            check(x, *affine_for(size[1], "fp32", torch.float16, DEVICE), groups, 1e-5, "silu", layout, str(size))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
+def test_large_mean_tiny_std(dtype, layout, size):
+    torch.manual_seed(11)
+    x = (1e3 + 1e-2 * torch.randn(size, device=DEVICE, dtype=torch.float64)).to(dtype)
+    check(x, None, None, 32, 1e-6, "none", layout, "mean 1e3 std 1e-2")
+    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), 32, 1e-6, "silu", layout, "mean 1e3 std 1e-2 silu")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+def test_tiny_and_zero_variance(dtype, layout):
+    torch.manual_seed(12)
+    size = (2, 64, 24, 24)
+    x = (-3.0 + 1e-4 * torch.randn(size, device=DEVICE, dtype=torch.float64)).to(dtype)
+    check(x, None, None, 8, 1e-5, "none", layout, "tiny variance")
+    const = torch.full(size, 2.5, device=DEVICE, dtype=dtype)  # variance exactly 0: output = beta
+    weight, bias = affine_for(64, "fp32", dtype, DEVICE)
+    check(const, weight, bias, 8, 1e-5, "silu", layout, "zero variance")
+    big = (torch.randn(size, device=DEVICE) * 3e3).to(dtype)  # squares overflow fp16: stats must be fp32
+    check(big, None, None, 8, 1e-5, "none", layout, "large magnitude")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((2, 320, 16, 16), 32), ((1, 128, 128, 128), 32), ((2, 2560, 8, 8), 32)])
+def test_nan_and_inf_propagate(dtype, layout, size, groups):
+    torch.manual_seed(13)
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    cpg = size[1] // groups
+    x[0, 0, 0, 0] = float("nan")                     # group 0 of batch 0
+    x[size[0] - 1, 3 * cpg, size[2] - 1, size[3] - 1] = float("inf")   # group 3 of the last batch
+    x[0, size[1] - 1, size[2] // 2, 0] = float("-inf")  # the last group of batch 0
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, "NaN/Inf")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("c,groups,stride,h,w", [(20, 5, 24, 9, 11), (12, 4, 16, 32, 32), (3, 1, 8, 17, 5),
+                                                 (320, 32, 328, 16, 16), (40, 8, 48, 64, 64)])
+@pytest.mark.parametrize("activation", ["none", "silu"])
+def test_padded_channel_stride(dtype, c, groups, stride, h, w, activation):
+    """NHWC with channel_stride > C (TensorRT's HWC8-style padding): padding is neither read nor written."""
+    torch.manual_seed(14)
+    n = 2
+    xbuf = torch.randn(n, h, w, stride, device=DEVICE).to(dtype)
+    xbuf[..., c:] = float("nan")  # read by mistake, these would poison the statistics
+    ybuf = poison_(torch.empty(n, h, w, stride, device=DEVICE, dtype=dtype))
+    ybuf[..., c:] = 12.0  # sentinel: must stay
+    weight, bias = affine_for(c, "fp32", dtype, DEVICE)
+    launch(params_for(xbuf, ybuf, weight, bias, groups, 1e-5, activation, "nhwc", channel_stride=stride,
+                      shape=(n, c, h, w)), DEVICE)
+    torch.cuda.synchronize()
+    assert torch.equal(ybuf[..., c:], torch.full_like(ybuf[..., c:], 12.0)), "padding channels were written"
+    assert torch.isnan(xbuf[..., c:]).all(), "x was modified"
+    x = xbuf[..., :c].permute(0, 3, 1, 2)
+    y = ybuf[..., :c].permute(0, 3, 1, 2)
+    assert_close(y, group_norm_act_reference(x, weight, bias, groups, 1e-5, activation), dtype)
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 64, 300, 300), (2, 1280, 8, 8)])
+def test_in_place(layout, size):
+    torch.manual_seed(15)
+    x = torch.randn(size, device=DEVICE, dtype=torch.float16)
+    x = x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x.contiguous()
+    weight, bias = affine_for(size[1], "fp32", torch.float16, DEVICE)
+    ref = group_norm_act_reference(x, weight, bias, 32, 1e-5, "silu")
+    launch(params_for(x, x, weight, bias, 32, 1e-5, "silu", layout), DEVICE)
+    torch.cuda.synchronize()
+    assert_close(x, ref, torch.float16, what="in place")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["nchw", "nhwc"])
+def test_more_than_2_pow_31_elements(layout):
+    n, c, h, w, groups = 1, 32, 8192, 8200, 32  # 2.15e9 elements > 2**31
+    need = 4 * n * c * h * w + (6 << 30)  # x, y in fp16, the NaN mask, the per-group reference
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    torch.manual_seed(16)
+    x = torch.empty((n, c, h, w), device=DEVICE, dtype=torch.float16,
+                    memory_format=torch.channels_last if layout == "nhwc" else torch.contiguous_format)
+    x.normal_(0.25, 2.0)
+    y = poison_(torch.empty_like(x))
+    launch(params_for(x, y, None, None, groups, 1e-6, "silu", layout), DEVICE)
+    torch.cuda.synchronize()
+    cpg = c // groups
+    for g in (0, 1, groups // 2, groups - 1):  # groups spread over the whole 64-bit range
+        sl = slice(g * cpg, (g + 1) * cpg)
+        ref = group_norm_act_reference(x[:, sl], None, None, 1, 1e-6, "silu")
+        assert_close(y[:, sl], ref, torch.float16, what=f"group {g}")
+        del ref
+    assert not torch.isnan(y).any(), "elements left unwritten"

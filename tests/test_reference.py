@@ -1,0 +1,122 @@
+"""The float64 reference against torch.nn.functional.group_norm, and the accuracy rule itself."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trt_gn.reference import assert_close, group_norm_act_reference, max_errors, tolerance
+
+
+def torch_group_norm_act(x, weight, bias, groups, eps, activation):
+    y = F.group_norm(x.double(), groups, None if weight is None else weight.double(),
+                     None if bias is None else bias.double(), eps)
+    return F.silu(y) if activation == "silu" else y
+
+
+@pytest.mark.parametrize("shape,groups", [((2, 32, 5, 7), 8), ((1, 12, 3, 3), 12), ((3, 9, 1, 4), 1),
+                                          ((1, 30, 4, 1), 3), ((2, 320, 4, 4), 32)])
+@pytest.mark.parametrize("activation", ["none", "silu"])
+@pytest.mark.parametrize("affine", [True, False])
+def test_matches_torch_group_norm(shape, groups, activation, affine):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(shape, dtype=torch.float64, generator=g) * 3 + 0.5
+    c = shape[1]
+    weight = torch.randn(c, dtype=torch.float64, generator=g) if affine else None
+    bias = torch.randn(c, dtype=torch.float64, generator=g) if affine else None
+    ref = group_norm_act_reference(x, weight, bias, groups, 1e-5, activation)
+    assert ref.dtype == torch.float64 and ref.is_contiguous()
+    torch.testing.assert_close(ref, torch_group_norm_act(x, weight, bias, groups, 1e-5, activation), rtol=1e-12, atol=1e-12)
+
+
+def test_channels_last_and_low_precision_inputs():
+    x = torch.randn(2, 16, 5, 3).to(torch.bfloat16)
+    w = torch.rand(16) + 0.5
+    ref = group_norm_act_reference(x.contiguous(memory_format=torch.channels_last), w, None, 4, 1e-6, "silu")
+    torch.testing.assert_close(ref, torch_group_norm_act(x.double(), w, None, 4, 1e-6, "silu"), rtol=1e-12, atol=1e-12)
+
+
+def test_large_mean_tiny_std_is_exact_in_float64():
+    # x = 1e3 + 1e-2 * z with z standardised per group: the normalised output must be z.
+    g = torch.Generator().manual_seed(2)
+    z = torch.randn(2, 8, 16, 16, dtype=torch.float64, generator=g).reshape(2, 4, -1)
+    z = (z - z.mean(-1, keepdim=True)) / z.std(-1, correction=0, keepdim=True)
+    z = z.reshape(2, 8, 16, 16)
+    x = 1e3 + 1e-2 * z
+    ref = group_norm_act_reference(x, None, None, 4, 0.0, "none")
+    torch.testing.assert_close(ref, z, rtol=0, atol=1e-9)
+    torch.testing.assert_close(ref, torch_group_norm_act(x, None, None, 4, 0.0, "none"), rtol=0, atol=1e-9)
+    # The E[x^2] - E[x]^2 formula loses everything here, which is what the reference avoids.
+    xg = x.float().double().reshape(2, 4, -1)
+    naive_var = (xg.float() ** 2).mean(-1) - xg.float().mean(-1) ** 2
+    assert (naive_var.double() - 1e-4).abs().max() > 1e-5
+
+
+def test_nan_and_inf_propagate_to_their_group():
+    x = torch.randn(1, 8, 4, 4, dtype=torch.float64)
+    x[0, 1, 2, 2] = float("nan")
+    x[0, 6, 0, 0] = float("inf")
+    ref = group_norm_act_reference(x, None, None, 4, 1e-5, "silu")
+    assert torch.isnan(ref[0, 0:2]).all() and torch.isnan(ref[0, 6:8]).all()
+    assert torch.isfinite(ref[0, 2:6]).all()
+
+
+def test_reference_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="4-D"):
+        group_norm_act_reference(torch.zeros(2, 4, 4), None, None, 2, 1e-5, "none")
+    with pytest.raises(ValueError, match="divide C=6"):
+        group_norm_act_reference(torch.zeros(1, 6, 2, 2), None, None, 4, 1e-5, "none")
+    with pytest.raises(ValueError, match="unknown activation 'gelu'"):
+        group_norm_act_reference(torch.zeros(1, 6, 2, 2), None, None, 3, 1e-5, "gelu")
+
+
+def test_tolerance_is_two_ulps_of_the_output_dtype():
+    ref = torch.tensor([8.5, 1.0, 1000.0, 0.0], dtype=torch.float64)
+    bf = tolerance(ref, torch.bfloat16)
+    assert bf[0].item() == pytest.approx(2 * 0.0625 + 1e-6)  # bf16 values near 8 are 0.0625 apart
+    assert bf[1].item() == pytest.approx(2 * 2**-7 + 1e-6)
+    half = tolerance(ref, torch.float16)
+    assert half[2].item() == pytest.approx(2 * 0.5 + 1e-6)
+    assert half[3].item() == pytest.approx(2 * 2**-24 + 1e-6)
+    f32 = tolerance(ref, torch.float32)
+    assert f32[1].item() == pytest.approx(1e-5 + 1e-6)
+
+
+def test_assert_close_accepts_rounding_and_rejects_more():
+    ref = torch.linspace(-6, 6, 1001, dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        assert_close(ref.to(dtype), ref, dtype)
+    bf = ref.to(torch.bfloat16)
+    off = bf.clone()
+    off[800] = (bf[800].double() + 4 * 2**-6).to(torch.bfloat16)  # 4 ulp at 3.6 (bf16 spacing 2**-6)
+    off[200] = (bf[200].double() + 2**-6).to(torch.bfloat16)  # 1 ulp: accepted
+    with pytest.raises(AssertionError, match="1 of 1001 elements out of tolerance"):
+        assert_close(off, ref, torch.bfloat16)
+    f32 = ref.float().clone()
+    f32[10] *= 1 + 5e-5
+    with pytest.raises(AssertionError, match="max rel err"):
+        assert_close(f32, ref)
+
+
+def test_assert_close_nan_and_inf_positions():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), -2.0], dtype=torch.float64)
+    assert_close(ref.half(), ref)
+    out = ref.clone()
+    out[0] = float("nan")
+    with pytest.raises(AssertionError, match="NaN positions differ: 1 unexpected NaN, 0 missing NaN"):
+        assert_close(out.half(), ref)
+    out = ref.clone()
+    out[2] = -float("inf")
+    with pytest.raises(AssertionError, match="Inf positions"):
+        assert_close(out.half(), ref)
+    with pytest.raises(AssertionError, match="shape"):
+        assert_close(ref[:2].half(), ref)
+
+
+def test_max_errors():
+    ref = torch.tensor([1.0, 0.0, float("nan")], dtype=torch.float64)
+    out = torch.tensor([1.001, 1e-7, 0.0], dtype=torch.float64)
+    abs_err, rel_err = max_errors(out, ref)
+    assert abs_err == pytest.approx(1e-3, rel=1e-3)
+    assert rel_err == pytest.approx(1e-3, rel=1e-3)

@@ -1,0 +1,226 @@
+"""ctypes binding of the kernels library's C ABI (plugin_src/include/trt_gn/group_norm.h).
+
+The library is looked up, in order, at:
+  1. the file named by the environment variable TRT_GN_KERNELS_LIBRARY;
+  2. <package>/lib/libtrt_gn_kernels.so (installed there by pip through scikit-build-core);
+  3. <repository>/build/libtrt_gn_kernels.so (a developer's `cmake --build build`).
+The TensorRT plugin library is found the same way (TRT_GN_PLUGIN_LIBRARY,
+<package>/lib/libtrt_gn_plugin.so, <repository>/build/plugin/libtrt_gn_plugin.so).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import threading
+from pathlib import Path
+
+from . import spec
+
+ABI_VERSION = 1  # TRTGN_ABI_VERSION this binding mirrors
+
+KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
+PLUGIN_LIBRARY_ENV = "TRT_GN_PLUGIN_LIBRARY"
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PACKAGE_DIR.parent
+
+
+class Status(enum.IntEnum):
+    SUCCESS = 0
+    INVALID_ARGUMENT = 1
+    WORKSPACE_TOO_SMALL = 2
+    CUDA_ERROR = 3
+    NOT_SUPPORTED = 4
+
+
+class DType(enum.IntEnum):
+    FLOAT32 = 0
+    FLOAT16 = 1
+    BFLOAT16 = 2
+
+
+class Layout(enum.IntEnum):
+    NHWC = 0
+    NCHW = 1
+
+
+class Activation(enum.IntEnum):
+    NONE = 0
+    SILU = 1
+
+
+# spec.ACTIVATIONS name -> ABI value
+ACTIVATION_BY_NAME = {"none": Activation.NONE, "silu": Activation.SILU}
+assert set(ACTIVATION_BY_NAME) == set(spec.ACTIVATIONS), "spec.ACTIVATIONS and the ABI disagree"
+
+
+class Params(ctypes.Structure):
+    """Mirror of trtgn_params_t (C enums are int-sized on every supported ABI)."""
+
+    _fields_ = [
+        ("x", ctypes.c_void_p),
+        ("y", ctypes.c_void_p),
+        ("n", ctypes.c_int64),
+        ("c", ctypes.c_int64),
+        ("h", ctypes.c_int64),
+        ("w", ctypes.c_int64),
+        ("num_groups", ctypes.c_int64),
+        ("channel_stride", ctypes.c_int64),
+        ("layout", ctypes.c_int),
+        ("dtype", ctypes.c_int),
+        ("activation", ctypes.c_int),
+        ("epsilon", ctypes.c_float),
+        ("gamma", ctypes.c_void_p),
+        ("beta", ctypes.c_void_p),
+        ("affine_dtype", ctypes.c_int),
+    ]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name, _ in self._fields_)
+        return f"Params({fields})"
+
+
+class TrtGnError(RuntimeError):
+    """A call of the kernels library returned an error status."""
+
+    def __init__(self, status: int, message: str):
+        self.status = int(status)
+        try:
+            self.status_name = f"TRTGN_STATUS_{Status(self.status).name}"
+        except ValueError:
+            self.status_name = f"TRTGN_STATUS_<unknown {self.status}>"
+        self.message = message
+        super().__init__(f"{self.status_name}: {message}")
+
+
+class LibraryNotFoundError(FileNotFoundError):
+    """The native library is in none of the places looked in."""
+
+
+def _candidates(env: str, file_name: str, build_subdir: str) -> list[Path]:
+    paths = []
+    if os.environ.get(env):
+        paths.append(Path(os.environ[env]))
+    paths.append(_PACKAGE_DIR / "lib" / file_name)
+    paths.append(_REPO_DIR / "build" / build_subdir / file_name)
+    return paths
+
+
+def _find(env: str, file_name: str, build_subdir: str, what: str) -> Path:
+    candidates = _candidates(env, file_name, build_subdir)
+    if os.environ.get(env):
+        # An explicit choice is never silently replaced by another library.
+        if not candidates[0].is_file():
+            raise LibraryNotFoundError(f"{env}={os.environ[env]} is not a file")
+        return candidates[0]
+    for path in candidates:
+        if path.is_file():
+            return path
+    looked = "\n  ".join(str(p) for p in candidates)
+    raise LibraryNotFoundError(
+        f"trt_gn {what} library {file_name} not found; looked in:\n  {looked}\n"
+        f"Build it (cmake -S plugin_src -B build -G Ninja && cmake --build build), install trt_gn "
+        f"with pip on a machine with nvcc, or set {env} to its path."
+    )
+
+
+def find_kernels_library() -> Path:
+    return _find(KERNELS_LIBRARY_ENV, spec.KERNELS_LIBRARY, "", "kernels")
+
+
+def find_plugin_library() -> Path:
+    return _find(PLUGIN_LIBRARY_ENV, spec.PLUGIN_LIBRARY, "plugin", "TensorRT plugin")
+
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+
+def load() -> ctypes.CDLL:
+    """Load the kernels library once (thread-safe) and check its ABI version."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        path = find_kernels_library()
+        lib = ctypes.CDLL(str(path))
+        params_p = ctypes.POINTER(Params)
+        size_p = ctypes.POINTER(ctypes.c_size_t)
+        lib.trtgn_workspace_size.argtypes = [params_p, size_p]
+        lib.trtgn_workspace_size.restype = ctypes.c_int
+        lib.trtgn_workspace_size_max.argtypes = [params_p, size_p]
+        lib.trtgn_workspace_size_max.restype = ctypes.c_int
+        lib.trtgn_group_norm.argtypes = [params_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        lib.trtgn_group_norm.restype = ctypes.c_int
+        lib.trtgn_last_error_message.argtypes = []
+        lib.trtgn_last_error_message.restype = ctypes.c_char_p
+        lib.trtgn_status_name.argtypes = [ctypes.c_int]
+        lib.trtgn_status_name.restype = ctypes.c_char_p
+        lib.trtgn_abi_version.argtypes = []
+        lib.trtgn_abi_version.restype = ctypes.c_int
+        version = lib.trtgn_abi_version()
+        if version != ABI_VERSION:
+            raise ImportError(
+                f"{path} has ABI version {version}, this trt_gn expects {ABI_VERSION}: rebuild the library"
+            )
+        lib.trtgn_path = str(path)
+        _lib = lib
+        return lib
+
+
+def library_path() -> str:
+    return load().trtgn_path
+
+
+def is_available() -> bool:
+    """True when the kernels library can be found and loaded."""
+    try:
+        load()
+    except (LibraryNotFoundError, OSError, ImportError):
+        return False
+    return True
+
+
+def last_error_message() -> str:
+    return load().trtgn_last_error_message().decode("utf-8", "replace")
+
+
+def status_name(status: int) -> str:
+    return load().trtgn_status_name(int(status)).decode("utf-8", "replace")
+
+
+def abi_version() -> int:
+    return load().trtgn_abi_version()
+
+
+def _check(status: int) -> None:
+    if status != Status.SUCCESS:
+        # Read on the calling thread: the library keeps the message per thread.
+        raise TrtGnError(status, last_error_message())
+
+
+def workspace_size(params: Params) -> int:
+    """Bytes of workspace trtgn_group_norm() needs (raises TrtGnError on bad params)."""
+    size = ctypes.c_size_t(0)
+    _check(load().trtgn_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    return size.value
+
+
+def workspace_size_max(params: Params) -> int:
+    """Upper bound of workspace_size() over every smaller N, H, W."""
+    size = ctypes.c_size_t(0)
+    _check(load().trtgn_workspace_size_max(ctypes.byref(params), ctypes.byref(size)))
+    return size.value
+
+
+def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stream: int | None) -> None:
+    """Enqueue trtgn_group_norm() on `stream` (a cudaStream_t as int; 0/None: legacy default stream).
+
+    `workspace` is a device pointer (int) of at least workspace_bytes bytes, or None/0 when
+    workspace_size() is 0. Raises TrtGnError with the library's status and message.
+    """
+    _check(load().trtgn_group_norm(ctypes.byref(params), workspace or None, int(workspace_bytes), stream or None))

@@ -1,0 +1,41 @@
+"""`trt-gn bench`: time the kernels against torch eager and a device copy (needs a GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def register(subparsers) -> None:
+    from ..bench import DTYPES, LAYOUTS, MIN_REPLAYS
+    from ..shapes import SHAPES
+
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark the kernels vs torch eager GroupNorm+SiLU vs a device copy",
+        description="Times each variant as 20 launches in one CUDA graph, median of the replays; "
+        "prints a table, writes bench.csv and bench.png.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--shapes", type=_csv, default=None,
+                   help=f"comma-separated shape names (default: all): {', '.join(s.name for s in SHAPES)}")
+    p.add_argument("--dtypes", type=_csv, default=",".join(DTYPES), help="comma-separated: fp16, bf16, fp32")
+    p.add_argument("--layouts", type=_csv, default=",".join(LAYOUTS), help="comma-separated: nhwc, nchw")
+    p.add_argument("--replays", type=int, default=MIN_REPLAYS, help=f"graph replays timed (>= {MIN_REPLAYS})")
+    p.add_argument("--out", default="bench-out", help="folder for bench.csv and bench.png")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..bench import BenchError, main
+
+    try:
+        main(args.shapes, args.dtypes, args.layouts, args.replays, args.out)
+    except BenchError as e:
+        print(f"trt-gn bench: error: {e}", file=sys.stderr)
+        return 2
+    return 0
