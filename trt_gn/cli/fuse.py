@@ -1,0 +1,48 @@
+"""`trt-gn fuse`: replace GroupNorm(+SiLU) subgraphs of an ONNX file with the trt_gn custom node."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._onnx_common import fail, progress_bar
+
+EPILOG = """examples:
+  trt-gn fuse unet.onnx unet.fused.onnx
+  trt-gn fuse vae_decoder.onnx vae_decoder.fused.onnx --bare      # TensorRT < 10.7: no local function
+  trt-gn fuse big/unet.onnx out/unet.onnx                         # external data -> out/unet.onnx.data
+
+The input is never modified; the output is written atomically. --bare writes the custom node
+without its model-local function: TensorRT 9.0-10.6 would otherwise import the function's
+standard-op body instead of the plugin, but onnxruntime cannot run a bare node."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("fuse", help="fuse GroupNorm(+SiLU) in an ONNX file into the plugin's node",
+                              description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", help="ONNX model to read (never modified)")
+    p.add_argument("output", help="ONNX model to write")
+    p.add_argument("--bare", action="store_true", help="write bare custom nodes, no model-local function")
+    p.add_argument("--quiet", action="store_true", help="print only the one-line summary")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..onnx import fusion
+    from ..onnx.io import OnnxInputError, OutputPathError
+
+    try:
+        with progress_bar(not args.quiet) as progress:
+            report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
+    except OutputPathError as exc:
+        return fail(str(exc), "choose an output file in an existing, writable folder, different from the input")
+    except OnnxInputError as exc:
+        return fail(str(exc), "pass an .onnx model file (with its external data files next to it)")
+    except ValueError as exc:
+        return fail(str(exc), "see `trt-gn fuse --help`")
+    summary = report.summary()
+    print(summary.splitlines()[0] if args.quiet else summary)
+    if report.copied_unchanged:
+        print(f"nothing to fuse: wrote an unchanged copy to {args.output}")
+    else:
+        print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,665 @@
+"""Fuse GroupNorm(+SiLU) subgraphs of an existing ONNX model into the trt_gn custom node.
+
+GroupNorm appears in ONNX files in three forms, each matched here (on an onnx-ir graph):
+
+* ``GroupNormalization`` (ai.onnx 18 and 21). Opset 18-20: scale and bias have one value per
+  *group* (the form was deprecated for it); opset 21: one value per *channel*, plus ``stash_type``
+  (precision of the statistics; the plugin always accumulates in float32). Per-group constants are
+  repeated C/G times to become per-channel gamma/beta.
+* ``Reshape(x, [N, G, -1]) -> InstanceNormalization(ones, zeros) -> Reshape(back to x's shape)
+  -> Mul(gamma) -> Add(beta)``: what torch.onnx emits for opsets < 21 (TorchScript and dynamo).
+* ``Reshape -> ReduceMean -> Sub -> Pow(2) | Mul -> ReduceMean -> Add(eps) -> Sqrt -> Div ->
+  Reshape [-> Mul(gamma)] [-> Add(beta)]``: a hand-written GroupNorm exported op by op.
+
+Each may be followed by SiLU, as ``Sigmoid`` + ``Mul`` or the ai.onnx ``Swish`` op (alpha = 1),
+which then goes into the node as activation="silu". The matched nodes are replaced by one
+``trt_gn::GroupNormAct`` node (see :mod:`trt_gn.onnx.node`); inputs of rank other than 4 go
+through ``Reshape(x, [0, 0, -1, 1])`` and back. Nothing else in the model changes: other nodes,
+initializers, names, value_info and metadata are kept as they were; initializers and Constant /
+Shape nodes that fed only the replaced subgraph are dropped with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from .. import spec
+from . import io as onnx_io
+from . import node as onnx_node
+
+GROUP_NORMALIZATION = "GroupNormalization"
+INSTANCE_NORM_DECOMPOSITION = "Reshape+InstanceNormalization+Reshape"
+REDUCE_MEAN_DECOMPOSITION = "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div"
+
+
+@dataclasses.dataclass
+class FusedGroupNorm:
+    node: str  # name of the new node
+    pattern: str
+    channels: int
+    num_groups: int
+    epsilon: float
+    activation: str
+
+
+@dataclasses.dataclass
+class LeftGroupNorm:
+    node: str  # name of the node the subgraph was recognised at
+    pattern: str
+    reason: str
+
+
+@dataclasses.dataclass
+class FusionReport:
+    fused: list[FusedGroupNorm] = dataclasses.field(default_factory=list)
+    left: list[LeftGroupNorm] = dataclasses.field(default_factory=list)
+    function: bool = True
+    copied_unchanged: bool = False
+
+    @property
+    def num_silu(self) -> int:
+        return sum(f.activation == "silu" for f in self.fused)
+
+    def summary(self) -> str:
+        lines = [
+            f"fused {len(self.fused)} GroupNorm subgraph(s) ({self.num_silu} with SiLU) into "
+            f"{spec.ONNX_DOMAIN}::{spec.PLUGIN_NAME}; left {len(self.left)}"
+        ]
+        by_pattern: dict[str, int] = {}
+        for f in self.fused:
+            by_pattern[f.pattern] = by_pattern.get(f.pattern, 0) + 1
+        for pattern, count in sorted(by_pattern.items()):
+            lines.append(f"  fused  {count:4d} x {pattern}")
+        for left in self.left:
+            lines.append(f"  left   {left.node} ({left.pattern}): {left.reason}")
+        if not self.fused and not self.left:
+            lines.append("  no GroupNorm-like subgraph found")
+        return "\n".join(lines)
+
+
+class _NoMatch(Exception):
+    """Raised by a matcher: the subgraph is GroupNorm-like but cannot be fused (message = reason)."""
+
+
+class _NotGroupNorm(Exception):
+    """Raised by a matcher: the anchor is not part of a GroupNorm at all (not reported)."""
+
+
+@dataclasses.dataclass
+class _Match:
+    pattern: str
+    anchor: ir.Node
+    nodes: list[ir.Node]
+    x: ir.Value
+    rank: int | None
+    channels: int
+    num_groups: int
+    epsilon: float
+    dtype: ir.DataType
+    gamma: ir.Value | np.ndarray | None  # None: ones
+    beta: ir.Value | np.ndarray | None  # None: zeros
+    out: ir.Value  # the GroupNorm's output (before any activation)
+
+
+# ---------------------------------------------------------------------------------------------
+# small graph helpers
+
+
+def _const(value: ir.Value | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Identity" and producer.domain in ("", "ai.onnx"):
+        return _const(producer.inputs[0])  # TorchScript exports shared initializers through Identity
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is None:
+        return None
+    try:
+        return np.asarray(tensor.numpy())
+    except Exception:
+        return None
+
+
+def _only_use(value: ir.Value, matched: list[ir.Node]) -> ir.Node:
+    """The single node using `value`; it must not be a graph output either."""
+    users = [u.node for u in value.uses()]
+    if value.is_graph_output() or len(users) != 1:
+        raise _NoMatch(f"intermediate value {value.name!r} is also used outside the GroupNorm subgraph")
+    return users[0]
+
+
+def _only_users(value: ir.Value, allowed: set) -> None:
+    if value.is_graph_output() or any(u.node not in allowed for u in value.uses()):
+        raise _NoMatch(f"intermediate value {value.name!r} is also used outside the GroupNorm subgraph")
+
+
+def _producer(value: ir.Value | None, op_type: str) -> ir.Node | None:
+    if value is None:
+        return None
+    node = value.producer()
+    if node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx"):
+        return node
+    return None
+
+
+def _attr(node: ir.Node, name: str, default=None):
+    attr = node.attributes.get(name)
+    return default if attr is None else attr.value
+
+
+def _opset(graph: ir.Graph, model: ir.Model) -> int:
+    return model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1))
+
+
+def _static_dim(value: ir.Value, axis: int) -> int | None:
+    shape = value.shape
+    if shape is None or axis >= len(shape):
+        return None
+    dim = shape[axis]
+    return dim if isinstance(dim, int) else None
+
+
+def _rank(value: ir.Value) -> int | None:
+    return None if value.shape is None else len(value.shape)
+
+
+def _dims_of(shape_value: ir.Value, x: ir.Value) -> list | None:
+    """Describe a 1-D int64 shape tensor as a list of ints and ("x", i) = dim i of x, or None."""
+    arr = _const(shape_value)
+    if arr is not None:
+        return [int(v) for v in arr.reshape(-1)]
+    node = shape_value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "Shape" and node.inputs[0] is x:
+        rank = _rank(x)
+        start = _attr(node, "start", 0)
+        end = _attr(node, "end", None)
+        if rank is None and (start < 0 or end is None or end < 0):
+            if start == 0 and end is None:
+                return [("x", "all")]
+            return None
+        end = rank if end is None else (end + rank if end < 0 else end)
+        start = start + rank if start < 0 else start
+        return [("x", i) for i in range(start, min(end, rank if rank is not None else end))]
+    if node.op_type == "Concat":
+        out = []
+        for inp in node.inputs:
+            part = _dims_of(inp, x) if inp is not None else None
+            if part is None:
+                return None
+            out.extend(part)
+        return out
+    if node.op_type == "Unsqueeze":
+        gather = _producer(node.inputs[0], "Gather")
+        if gather is not None and _producer(gather.inputs[0], "Shape") is not None:
+            shape_node = gather.inputs[0].producer()
+            idx = _const(gather.inputs[1])
+            if shape_node.inputs[0] is x and idx is not None and idx.size == 1 and _attr(shape_node, "start", 0) == 0:
+                return [("x", int(idx.reshape(-1)[0]))]
+    return None
+
+
+def _restores_shape(shape_value: ir.Value, x: ir.Value, channels: int | None) -> bool:
+    dims = _dims_of(shape_value, x)
+    if dims is None:
+        return False
+    if dims == [("x", "all")]:
+        return True
+    rank = _rank(x)
+    if rank is None or len(dims) != rank:
+        return False
+    for i, d in enumerate(dims):
+        if d == ("x", i):
+            continue
+        if isinstance(d, int) and (d == _static_dim(x, i) or (i == 1 and d == channels)):
+            continue
+        return False
+    return True
+
+
+def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tuple[np.ndarray, int, int | None] | None:
+    """A constant that broadcasts along axis 1 of a rank-`rank` tensor -> (flat (C,), C, rank)."""
+    shape = arr.shape
+    nontrivial = [i for i, d in enumerate(shape) if d != 1]
+    if len(nontrivial) != 1:
+        if arr.size == 1 and channels is not None:  # a scalar gamma/beta: broadcast it
+            return np.full((channels,), arr.reshape(-1)[0], dtype=arr.dtype), channels, rank
+        return None
+    c = shape[nontrivial[0]]
+    trailing = len(shape) - 1 - nontrivial[0]  # dims after C: H, W, ... (right-aligned broadcast)
+    if rank is None:
+        rank = trailing + 2
+    if trailing != rank - 2 or (channels is not None and c != channels):
+        return None
+    return arr.reshape(-1), c, rank
+
+
+def _affine_tail(value: ir.Value, matched: list[ir.Node], channels: int | None, rank: int | None):
+    """Optional Mul(gamma) then Add(beta) after the normalisation, with per-channel constants."""
+    gamma = beta = None
+    out = value
+    for op_type in ("Mul", "Add"):
+        users = [u.node for u in out.uses()]
+        if out.is_graph_output() or len(users) != 1 or users[0].op_type != op_type or users[0].domain not in ("", "ai.onnx"):
+            break
+        node = users[0]
+        other = node.inputs[1] if node.inputs[0] is out else node.inputs[0]
+        arr = _const(other)
+        if arr is None:
+            break
+        found = _per_channel(arr, channels, rank)
+        if found is None:
+            break
+        flat, channels, rank = found
+        if op_type == "Mul":
+            gamma = flat
+        else:
+            beta = flat
+        matched.append(node)
+        out = node.outputs[0]
+    return gamma, beta, out, channels, rank
+
+
+# ---------------------------------------------------------------------------------------------
+# matchers
+
+
+def _match_group_normalization(node: ir.Node, opset: int) -> _Match:
+    x, scale, bias = (list(node.inputs) + [None, None, None])[:3]
+    groups = int(_attr(node, "num_groups", 0))
+    eps = float(_attr(node, "epsilon", 1e-5))
+    channels = _static_dim(x, 1)
+    scale_arr, bias_arr = _const(scale), _const(bias)
+    per_group = opset < 21
+    if channels is None and not per_group and scale_arr is not None:
+        channels = int(scale_arr.size)
+    if channels is None:
+        raise _NoMatch("the channel count C is not static")
+    if groups <= 0 or channels % groups != 0:
+        raise _NoMatch(f"C={channels} is not divisible by num_groups={groups}")
+    dtype = x.dtype if x.dtype is not None else (scale.dtype if scale is not None else None)
+    if dtype is None:
+        raise _NoMatch("the input's element type is unknown")
+    gamma: ir.Value | np.ndarray | None = scale
+    beta: ir.Value | np.ndarray | None = bias
+    if per_group:
+        if scale_arr is None or bias_arr is None:
+            raise _NoMatch(
+                f"opset-{opset} GroupNormalization has per-group scale/bias that are not constants, "
+                "so they cannot be expanded to per-channel gamma/beta"
+            )
+        if scale_arr.size != groups or bias_arr.size != groups:
+            raise _NoMatch(f"opset-{opset} scale/bias must have num_groups={groups} values")
+        gamma = np.repeat(scale_arr.reshape(-1), channels // groups)
+        beta = np.repeat(bias_arr.reshape(-1), channels // groups)
+    return _Match(GROUP_NORMALIZATION, node, [node], x, _rank(x), channels, groups, eps, dtype, gamma, beta, node.outputs[0])
+
+
+def _group_reshape(reshape: ir.Node, x: ir.Value) -> int:
+    """num_groups of Reshape(x, [N, G, -1]) (or [N, G, C/G, H, W]); raise _NoMatch otherwise."""
+    dims = _dims_of(reshape.inputs[1], x)
+    out_rank = _rank(reshape.outputs[0])
+    groups = None
+    if dims is not None and len(dims) >= 3 and isinstance(dims[1], int) and dims[0] in (0, ("x", 0), _static_dim(x, 0)):
+        groups = dims[1]
+        if len(dims) == 3 and dims[2] != -1:
+            raise _NoMatch("the grouping Reshape does not flatten the group's channels and pixels")
+    elif out_rank is not None and out_rank >= 3:
+        groups = _static_dim(reshape.outputs[0], 1)
+    if groups is None or groups <= 0:
+        raise _NoMatch("the grouping Reshape's target shape is not [N, G, -1]")
+    return groups
+
+
+def _match_instance_norm(node: ir.Node, opset: int) -> _Match:
+    reshape1 = _producer(node.inputs[0], "Reshape")
+    if reshape1 is None:
+        raise _NotGroupNorm  # a true instance norm on its input
+    x = reshape1.inputs[0]
+    scale, bias = _const(node.inputs[1]), _const(node.inputs[2])
+    if scale is None or bias is None or not np.all(scale == 1) or not np.all(bias == 0):
+        raise _NoMatch("InstanceNormalization has a scale/bias other than ones/zeros")
+    groups = int(scale.size)
+    matched = [reshape1, node]
+    _only_use(reshape1.outputs[0], matched)
+    reshape2 = _only_use(node.outputs[0], matched)
+    if reshape2.op_type != "Reshape":
+        raise _NoMatch("InstanceNormalization's output is not reshaped back to the input's shape")
+    matched.append(reshape2)
+    return _finish_decomposition(INSTANCE_NORM_DECOMPOSITION, node, matched, x, groups,
+                                 float(_attr(node, "epsilon", 1e-5)), reshape2, scale.dtype)
+
+
+def _axes(node: ir.Node, opset: int) -> list[int] | None:
+    axes = _attr(node, "axes", None)
+    if axes is None and len(node.inputs) > 1 and node.inputs[1] is not None:
+        arr = _const(node.inputs[1])
+        axes = None if arr is None else arr.reshape(-1).tolist()
+    return None if axes is None else [int(a) for a in axes]
+
+
+def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
+    add_eps = _producer(sqrt.inputs[0], "Add")
+    if add_eps is None:
+        raise _NotGroupNorm
+    var = None
+    eps = None
+    for a, b in ((0, 1), (1, 0)):
+        cand = _producer(add_eps.inputs[a], "ReduceMean")
+        arr = _const(add_eps.inputs[b])
+        if cand is not None and arr is not None and arr.size == 1:
+            var, eps = cand, float(arr.reshape(-1)[0])
+    if var is None:
+        raise _NotGroupNorm
+    sq = var.inputs[0].producer()
+    if sq is None or sq.op_type not in ("Pow", "Mul"):
+        raise _NotGroupNorm
+    sub = _producer(sq.inputs[0], "Sub")
+    if sub is None:
+        raise _NotGroupNorm
+    if sq.op_type == "Pow":
+        exponent = _const(sq.inputs[1])
+        if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+            raise _NotGroupNorm
+    elif sq.inputs[1] is not sq.inputs[0]:
+        raise _NotGroupNorm
+    mean = _producer(sub.inputs[1], "ReduceMean")
+    if mean is None or mean.inputs[0] is not sub.inputs[0]:
+        raise _NotGroupNorm
+    reshape1 = _producer(sub.inputs[0], "Reshape")
+    if reshape1 is None:
+        raise _NotGroupNorm  # statistics over the tensor as it is (LayerNorm-like), not over groups
+    x = reshape1.inputs[0]
+    groups = _group_reshape(reshape1, x)
+    grouped_rank = _rank(reshape1.outputs[0])
+    dims = _dims_of(reshape1.inputs[1], x)
+    if grouped_rank is None and dims is not None:
+        grouped_rank = len(dims)
+    for rm in (mean, var):
+        axes = _axes(rm, opset)
+        if _attr(rm, "keepdims", 1) != 1 or axes is None or grouped_rank is None:
+            raise _NoMatch("the statistics are not taken over every axis after the group axis")
+        if sorted(a % grouped_rank for a in axes) != list(range(2, grouped_rank)):
+            raise _NoMatch("the statistics are not taken over every axis after the group axis")
+    div = None
+    for user in (u.node for u in sub.outputs[0].uses()):
+        if user.op_type == "Div" and user.inputs[0] is sub.outputs[0] and user.inputs[1] is sqrt.outputs[0]:
+            div = user
+    if div is None:
+        raise _NoMatch("the centred values are not divided by the standard deviation")
+    matched = [reshape1, mean, sub, sq, var, add_eps, sqrt, div]
+    _only_users(reshape1.outputs[0], {mean, sub})
+    _only_users(sub.outputs[0], {sq, div})
+    for node in (mean, sq, var, add_eps, sqrt):
+        _only_use(node.outputs[0], matched)
+    reshape2 = _only_use(div.outputs[0], matched)
+    if reshape2.op_type != "Reshape":
+        raise _NoMatch("the normalised values are not reshaped back to the input's shape")
+    matched.append(reshape2)
+    return _finish_decomposition(REDUCE_MEAN_DECOMPOSITION, sqrt, matched, x, groups, eps, reshape2, None)
+
+
+def _finish_decomposition(pattern, anchor, matched, x, groups, eps, reshape2, fallback_dtype) -> _Match:
+    rank = _rank(x)
+    channels = _static_dim(x, 1)
+    gamma, beta, out, channels, rank = _affine_tail(reshape2.outputs[0], matched, channels, rank)
+    if not _restores_shape(reshape2.inputs[1], x, channels):
+        raise _NoMatch("cannot prove that the final Reshape restores the input's shape")
+    if channels is None:
+        raise _NoMatch("the channel count C is not static")
+    if channels % groups != 0:
+        raise _NoMatch(f"C={channels} is not divisible by num_groups={groups}")
+    dtype = x.dtype
+    if dtype is None and fallback_dtype is not None:
+        dtype = ir.DataType.from_numpy(fallback_dtype)
+    if dtype is None and isinstance(gamma, np.ndarray):
+        dtype = ir.DataType.from_numpy(gamma.dtype)
+    if dtype is None:
+        raise _NoMatch("the input's element type is unknown")
+    return _Match(pattern, anchor, matched, x, rank, channels, groups, eps, dtype, gamma, beta, out)
+
+
+def _silu_tail(out: ir.Value) -> tuple[list[ir.Node], ir.Value] | None:
+    """Sigmoid(y) + Mul(y, sigmoid) or Swish(y, alpha=1) right after y (y used by nothing else)."""
+    if out.is_graph_output():
+        return None
+    users = [u.node for u in out.uses()]
+    if len(users) == 1 and users[0].op_type == "Swish" and users[0].domain in ("", "ai.onnx"):
+        if float(_attr(users[0], "alpha", 1.0)) == 1.0:
+            return [users[0]], users[0].outputs[0]
+        return None
+    if len(users) != 2:
+        return None
+    sig = next((u for u in users if u.op_type == "Sigmoid" and u.domain in ("", "ai.onnx")), None)
+    mul = next((u for u in users if u.op_type == "Mul" and u.domain in ("", "ai.onnx")), None)
+    if sig is None or mul is None:
+        return None
+    s = sig.outputs[0]
+    if s.is_graph_output() or [u.node for u in s.uses()] != [mul] or set(map(id, mul.inputs)) != {id(out), id(s)}:
+        return None
+    return [sig, mul], mul.outputs[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+
+
+class _Namer:
+    def __init__(self, graph: ir.Graph):
+        self.taken = {v.name for v in _all_values(graph) if v.name} | {n.name for n in graph.all_nodes() if n.name}
+
+    def __call__(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+
+def _all_values(graph: ir.Graph):
+    yield from graph.inputs
+    yield from graph.initializers.values()
+    for node in graph.all_nodes():
+        yield from node.outputs
+
+
+def _initializer(graph: ir.Graph, namer: _Namer, base: str, arr: np.ndarray) -> ir.Value:
+    value = ir.Value(name=namer(base), shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                     const_value=ir.tensor(arr, name=None))
+    value.const_value.name = value.name
+    graph.register_initializer(value)
+    return value
+
+
+def _replace(graph: ir.Graph, match: _Match, activation: str, act_nodes: list[ir.Node], final: ir.Value, namer: _Namer) -> str:
+    np_dtype = match.dtype.numpy()
+    base = match.anchor.name or "group_norm"
+    new_nodes: list[ir.Node] = []
+
+    def affine(param, fill, suffix):
+        if isinstance(param, ir.Value):
+            return param
+        arr = np.full((match.channels,), fill, dtype=np_dtype) if param is None else np.asarray(param)
+        return _initializer(graph, namer, f"{base}_{suffix}", arr.reshape(match.channels))
+
+    gamma = affine(match.gamma, 1, "gamma")
+    beta = affine(match.beta, 0, "beta")
+    x = match.x
+    if match.rank != 4:
+        to4 = _initializer(graph, namer, f"{base}_to4d", np.array([0, 0, -1, 1], dtype=np.int64))
+        reshape = ir.Node("", "Reshape", [x, to4], name=namer(f"{base}_to4d"))
+        reshape.outputs[0].name = namer(f"{base}_x4d")
+        new_nodes.append(reshape)
+        x = reshape.outputs[0]
+    attrs = onnx_node.node_attributes(match.num_groups, match.epsilon, activation)
+    fused = ir.Node(spec.ONNX_DOMAIN, spec.PLUGIN_NAME, [x, gamma, beta],
+                    attributes=[ir.convenience.convert_attribute(k, v) for k, v in attrs.items()],
+                    name=namer(f"{base}_{spec.PLUGIN_NAME}"))
+    new_nodes.append(fused)
+    out = fused.outputs[0]
+    if match.rank != 4:
+        out.name = namer(f"{base}_y4d")
+        shape = ir.Node("", "Shape", [match.x], name=namer(f"{base}_shape"))
+        shape.outputs[0].name = namer(f"{base}_xshape")
+        back = ir.Node("", "Reshape", [out, shape.outputs[0]], name=namer(f"{base}_from4d"))
+        new_nodes += [shape, back]
+        out = back.outputs[0]
+    old_nodes = match.nodes + act_nodes
+    producers = [inp.producer() for n in old_nodes for inp in n.inputs if inp is not None and inp.producer() is not None]
+    old_inits = [inp for n in old_nodes for inp in n.inputs if inp is not None and inp.is_initializer()]
+    last = final.producer()
+    ir.convenience.replace_nodes_and_values(graph, last, old_nodes, new_nodes, [final], [out])
+    _drop_dead(graph, producers, old_inits)
+    return fused.name
+
+
+def _drop_dead(graph: ir.Graph, producers: list[ir.Node], initializers: list[ir.Value]) -> None:
+    """Remove Constant/Shape (and similar shape-only) producers and initializers that fed only
+    the replaced subgraph and are now unused."""
+    pending = list(producers)
+    seen = set()
+    while pending:
+        node = pending.pop()
+        if id(node) in seen or node.graph is not graph:
+            continue
+        seen.add(id(node))
+        if node.op_type not in ("Constant", "Identity", "Shape", "Concat", "Unsqueeze", "Gather", "Squeeze", "Slice", "Reshape", "Mul", "Cast"):
+            continue
+        if any(o.uses() or o.is_graph_output() for o in node.outputs):
+            continue
+        inputs = [i for i in node.inputs if i is not None]
+        # Only shape arithmetic: every input must be a constant or a Shape/shape-derived value.
+        if node.op_type not in ("Constant", "Shape") and any(_const(i) is None and i.producer() is None for i in inputs):
+            continue
+        if node.op_type == "Identity" and _const(node.inputs[0]) is not None:
+            pass
+        elif node.op_type not in ("Constant", "Shape") and not all(
+            (i.dtype == ir.DataType.INT64) for i in inputs if i.dtype is not None
+        ):
+            continue
+        graph.remove(node, safe=True)
+        pending += [i.producer() for i in inputs if i.producer() is not None]
+        initializers += [i for i in inputs if i.is_initializer()]
+    for value in initializers:
+        if value.name in graph.initializers and not value.uses() and not value.is_graph_output() and not value.is_graph_input():
+            del graph.initializers[value.name]
+
+
+_MATCHERS: tuple[tuple[str, str, Callable[[ir.Node, int], _Match]], ...] = (
+    ("GroupNormalization", GROUP_NORMALIZATION, _match_group_normalization),
+    ("InstanceNormalization", INSTANCE_NORM_DECOMPOSITION, _match_instance_norm),
+    ("Sqrt", REDUCE_MEAN_DECOMPOSITION, _match_reduce_mean_decomposition),
+)
+
+
+def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[int, int], None] | None = None) -> FusionReport:
+    """Fuse every GroupNorm(+SiLU) subgraph of `model`'s main graph in place; return the report.
+
+    function=True attaches the model-local function (onnxruntime runs the result; TensorRT >= 10.7
+    uses the plugin); function=False writes bare custom nodes (TensorRT < 10.7)."""
+    graph = model.graph
+    opset = _opset(graph, model)
+    report = FusionReport(function=function)
+    if function and opset < onnx_node.MIN_FUNCTION_OPSET:
+        raise ValueError(
+            f"the model has ai.onnx opset {opset}; the model-local function needs opset >= "
+            f"{onnx_node.MIN_FUNCTION_OPSET}: upgrade the model's opset or write bare nodes (--bare)"
+        )
+    namer = _Namer(graph)
+    anchors = [(n, pat, fn) for n in graph for op, pat, fn in _MATCHERS if n.op_type == op and n.domain in ("", "ai.onnx")]
+    for i, (node, pattern, matcher) in enumerate(anchors):
+        if progress is not None:
+            progress(i, len(anchors))
+        if node.graph is not graph:  # removed by an earlier fusion
+            continue
+        try:
+            match = matcher(node, opset)
+        except _NotGroupNorm:
+            continue
+        except _NoMatch as why:
+            report.left.append(LeftGroupNorm(node.name or node.op_type, pattern, str(why)))
+            continue
+        tail = _silu_tail(match.out)
+        act_nodes, final, activation = ([], match.out, "none") if tail is None else (tail[0], tail[1], "silu")
+        name = _replace(graph, match, activation, act_nodes, final, namer)
+        report.fused.append(FusedGroupNorm(name, match.pattern, match.channels, match.num_groups, match.epsilon, activation))
+    if progress is not None:
+        progress(len(anchors), len(anchors))
+    if report.fused:
+        model.opset_imports[spec.ONNX_DOMAIN] = 1
+        if function:
+            attach_function(model)
+    return report
+
+
+def attach_function(model: ir.Model) -> None:
+    """Add (or replace) the model-local function of the fused op, for the model's opset."""
+    opset = _opset(model.graph, model)
+    ml = model.opset_imports.get(onnx_node.ML_DOMAIN)
+    if ml is None:
+        ml = onnx_node.ML_VERSION
+        model.opset_imports[onnx_node.ML_DOMAIN] = ml
+    proto = onnx_node.make_function(opset, ml)
+    function = ir.serde.deserialize_function(proto)
+    model.functions[function.identifier()] = function
+
+
+def _strip_added_value_info(model: ir.Model, original: set[str]) -> None:
+    """onnx-ir writes value_info for every typed value; keep exactly the entries the input had."""
+    graph = model.graph
+    keep = {v.name for v in graph.inputs} | {v.name for v in graph.outputs}
+    values = [v for node in graph for v in node.outputs] + list(graph.initializers.values())
+    for value in values:
+        if value.name not in original and value.name not in keep:
+            value.type = None
+            value.shape = None
+
+
+def fuse_file(
+    input_path: str | os.PathLike,
+    output_path: str | os.PathLike,
+    *,
+    function: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> FusionReport:
+    """Fuse the ONNX file `input_path` into `output_path` (never touching the input).
+
+    The output path is checked before anything is loaded; the output is written atomically
+    (with external data ``<output>.data`` when the input had external data or is over ~1.8 GB).
+    A model with nothing to fuse is written as an unchanged copy (report.copied_unchanged)."""
+    input_path, output_path = Path(input_path), Path(output_path)
+    onnx_io.check_output_path(output_path, input_path)
+    if progress:
+        progress("load", 0, 1)
+    model = onnx_io.load_model(input_path)
+    original_value_info = _value_info_names(input_path)
+    if progress:
+        progress("load", 1, 1)
+    report = fuse_model(model, function=function, progress=(lambda i, n: progress("fuse", i, n)) if progress else None)
+    if not report.fused and not onnx_io.has_external_data(model):
+        onnx_io.copy_file(input_path, output_path)
+        report.copied_unchanged = True
+        return report
+    _strip_added_value_info(model, original_value_info)
+    if progress:
+        progress("save", 0, 1)
+    onnx_io.save_model(model, output_path)
+    if progress:
+        progress("save", 1, 1)
+    report.copied_unchanged = not report.fused
+    return report
+
+
+def _value_info_names(path: Path) -> set[str]:
+    import onnx
+
+    proto = onnx.load(str(path), load_external_data=False)
+    return {vi.name for vi in proto.graph.value_info}
