@@ -1,0 +1,364 @@
+"""trt_gn.triton, `trt-gn triton` and examples/triton_client.py, without a Triton server.
+
+The written config.pbtxt is parsed with Triton's own model-config schema (tritonclient ships
+model_config_pb2) and every field is checked. The engine and plugin files here are placeholder
+bytes (no TensorRT on this machine): the tests check that they are copied into the right place,
+not that Triton can run them. Dims/types are read from the ONNX model (--io-from onnx); reading
+them from an engine needs TensorRT and a GPU and is not covered here.
+
+The client example is tested on its request construction (tritonclient's own request
+encoders), response decoding (responses assembled in the KServe v2 format the server uses,
+not recorded from a live server) and the comparison with onnxruntime. The network round trip
+to a real tritonserver is NOT covered: no Triton server can run here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from trt_gn import spec
+from trt_gn.cli import main as cli_main
+from trt_gn.engine import EngineBuildError
+from trt_gn.triton import RepositoryError, RepositoryOptions, write_model_repository
+
+model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2",
+                                       reason="tritonclient[grpc] is not installed")
+from google.protobuf import text_format  # noqa: E402  (comes with tritonclient's protobuf)
+
+HAVE_TENSORRT = importlib.util.find_spec("tensorrt") is not None
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def io_model(path: Path, in_dims=("N", 4, "H", "W"), out_dims=("N", 3, "H8", "W8"), dtype=TensorProto.FLOAT16,
+             extra=False) -> Path:
+    """Inputs/outputs shaped like a VAE decoder around a trt_gn node (only the IO matters here)."""
+    x = helper.make_tensor_value_info("latent", dtype, list(in_dims))
+    y = helper.make_tensor_value_info("images", dtype, list(out_dims))
+    inputs = [x]
+    if extra:
+        inputs.append(helper.make_tensor_value_info("timestep", TensorProto.INT64, ["N"]))
+    node = helper.make_node(spec.PLUGIN_NAME, ["latent", "g", "b"], ["images"], domain=spec.ONNX_DOMAIN,
+                            num_groups=1, epsilon=1e-5, activation="silu")
+    inits = [helper.make_tensor(n, dtype, [4], [1.0] * 4) for n in ("g", "b")]
+    graph = helper.make_graph([node], "g", inputs, [y], initializer=inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                      helper.make_opsetid(spec.ONNX_DOMAIN, 1)]), path)
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    plan = src / "vae.plan"
+    plan.write_bytes(b"placeholder engine bytes " * 10)
+    plugin = src / spec.PLUGIN_LIBRARY
+    plugin.write_bytes(b"placeholder plugin bytes")
+    return {"onnx": io_model(src / "vae.onnx"), "plan": plan, "plugin": plugin, "repo": tmp_path / "models"}
+
+
+def parse_config(path: Path):
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    if not folder.exists():
+        return {}
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"<dir>")
+            for p in sorted(folder.rglob("*"))}
+
+
+def T(name):  # DataType enum value by name
+    return model_config_pb2.DataType.Value(name)
+
+
+def test_repository_layout_and_every_config_field(files):
+    result = write_model_repository(files["repo"], "vae_decoder", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=4, instance_count=2,
+        gpus=[0, 1], preferred_batch_sizes=[2, 4], max_queue_delay_us=250))
+    model_dir = files["repo"] / "vae_decoder"
+    assert tree(files["repo"]) == {
+        "vae_decoder": b"<dir>",
+        "vae_decoder/1": b"<dir>",
+        "vae_decoder/1/model.plan": files["plan"].read_bytes(),
+        "vae_decoder/config.pbtxt": (model_dir / "config.pbtxt").read_bytes(),
+        f"vae_decoder/{spec.PLUGIN_LIBRARY}": files["plugin"].read_bytes(),
+    }
+    assert result.model_dir == model_dir and result.io_source == "onnx" and result.max_batch_size == 4
+    assert result.server_command == (f"tritonserver --model-repository={files['repo']} "
+                                     f"--backend-config=tensorrt,plugins={model_dir / spec.PLUGIN_LIBRARY}")
+
+    config = parse_config(model_dir / "config.pbtxt")
+    expected = model_config_pb2.ModelConfig(
+        name="vae_decoder", platform="tensorrt_plan", max_batch_size=4, default_model_filename="model.plan",
+        input=[model_config_pb2.ModelInput(name="latent", data_type=T("TYPE_FP16"), dims=[4, -1, -1])],
+        output=[model_config_pb2.ModelOutput(name="images", data_type=T("TYPE_FP16"), dims=[3, -1, -1])],
+        instance_group=[model_config_pb2.ModelInstanceGroup(
+            count=2, kind=model_config_pb2.ModelInstanceGroup.Kind.KIND_GPU, gpus=[0, 1])],
+        dynamic_batching=model_config_pb2.ModelDynamicBatching(preferred_batch_size=[2, 4],
+                                                               max_queue_delay_microseconds=250),
+    )
+    # Message equality compares every field, set or not: nothing more, nothing less was written.
+    assert config == expected
+    assert [f.name for f, _ in config.ListFields()] == [
+        "name", "platform", "max_batch_size", "input", "output", "instance_group", "default_model_filename",
+        "dynamic_batching"]
+
+
+def test_no_batching_keeps_the_batch_dimension(files):
+    write_model_repository(files["repo"], "m", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=0))
+    config = parse_config(files["repo"] / "m" / "config.pbtxt")
+    assert config.max_batch_size == 0
+    assert list(config.input[0].dims) == [-1, 4, -1, -1] and list(config.output[0].dims) == [-1, 3, -1, -1]
+    assert not config.HasField("dynamic_batching")
+    assert [(g.count, g.kind, list(g.gpus)) for g in config.instance_group] == [
+        (1, model_config_pb2.ModelInstanceGroup.Kind.KIND_GPU, [])]
+
+
+def test_static_model_fp32_and_several_inputs(tmp_path, files):
+    static = io_model(tmp_path / "s.onnx", in_dims=(1, 4, 8, 8), out_dims=(1, 3, 64, 64), dtype=TensorProto.FLOAT)
+    write_model_repository(files["repo"], "s", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=static, io_from="onnx"))
+    config = parse_config(files["repo"] / "s" / "config.pbtxt")
+    assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+    assert (config.input[0].data_type, list(config.input[0].dims)) == (T("TYPE_FP32"), [1, 4, 8, 8])
+
+    multi = io_model(tmp_path / "u.onnx", dtype=TensorProto.BFLOAT16, extra=True)
+    write_model_repository(files["repo"], "u", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=multi, io_from="onnx", max_batch_size=2))
+    config = parse_config(files["repo"] / "u" / "config.pbtxt")
+    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
+        ("latent", T("TYPE_BF16"), [4, -1, -1]), ("timestep", T("TYPE_INT64"), [])]
+
+
+def test_names_are_quoted(tmp_path, files):
+    odd = tmp_path / "odd.onnx"
+    model = onnx.load(io_model(odd))
+    model.graph.input[0].name = 'lat"ent\\0'
+    model.graph.node[0].input[0] = 'lat"ent\\0'
+    onnx.save(model, odd)
+    write_model_repository(files["repo"], "odd", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=odd, io_from="onnx", max_batch_size=1))
+    assert parse_config(files["repo"] / "odd" / "config.pbtxt").input[0].name == 'lat"ent\\0'
+
+
+@pytest.mark.skipif(HAVE_TENSORRT, reason="TensorRT is installed: auto reads the engine")
+def test_auto_without_tensorrt_reads_the_onnx_and_says_so(files):
+    result = write_model_repository(files["repo"], "m", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=files["onnx"], max_batch_size=2))
+    assert result.io_source == "onnx"
+    assert result.notes == ["input/output dims and types read from the ONNX model: TensorRT is not installed here"]
+
+
+def test_overwrite_replaces_the_whole_model_folder(files):
+    opts = RepositoryOptions(plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=2)
+    write_model_repository(files["repo"], "m", files["plan"], opts)
+    (files["repo"] / "m" / "stale.txt").write_text("from before")
+    with pytest.raises(RepositoryError, match="already exists"):
+        write_model_repository(files["repo"], "m", files["plan"], opts)
+    assert (files["repo"] / "m" / "stale.txt").exists()
+    opts.overwrite, opts.max_batch_size = True, 1
+    write_model_repository(files["repo"], "m", files["plan"], opts)
+    assert sorted(p.name for p in files["repo"].iterdir()) == ["m"]  # no staging or backup folders left
+    assert not (files["repo"] / "m" / "stale.txt").exists()
+    assert parse_config(files["repo"] / "m" / "config.pbtxt").max_batch_size == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": ".hidden"}, "model name '.hidden' is not a valid folder name"),
+    ({"model": "a/b"}, "model name 'a/b' is not a valid folder name"),
+    ({"plan": "missing.plan"}, "does not exist"),
+    ({"plan": "vae.onnx"}, "must end in .plan or .engine"),
+    ({"max_batch_size": None}, "the model's batch dimension is dynamic: give --max-batch-size"),
+    ({"max_batch_size": -1}, "--max-batch-size must be >= 0"),
+    ({"max_batch_size": 0, "dynamic_batching": True}, "dynamic batching needs --max-batch-size > 0"),
+    ({"preferred_batch_sizes": [8]}, "preferred batch size 8 is outside 1..4"),
+    ({"instance_count": 0}, "--instances must be >= 1"),
+    ({"io_from": "onnx", "onnx": None}, "reading inputs/outputs from the ONNX model needs --onnx"),
+    ({"plugin_library": "missing.so"}, "plugin library"),
+])
+def test_bad_arguments_write_nothing(files, change, message):
+    src = files["plan"].parent
+    change = dict(change)
+    model = change.pop("model", "m")
+    plan = src / change.pop("plan", "vae.plan")
+    kwargs = dict(plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=4)
+    kwargs.update({k: (src / v if k == "plugin_library" else v) for k, v in change.items()})
+    with pytest.raises(EngineBuildError) as err:  # RepositoryError, or the plugin lookup's EngineBuildError
+        write_model_repository(files["repo"], model, plan, RepositoryOptions(**kwargs))
+    assert message in err.value.message
+    assert not files["repo"].exists()  # not even the repository folder
+
+
+def test_batching_needs_a_dynamic_first_dimension(tmp_path, files):
+    static = io_model(tmp_path / "s.onnx", in_dims=(1, 4, "H", "W"), out_dims=(1, 3, "H", "W"))
+    with pytest.raises(RepositoryError, match=r"--max-batch-size 2 needs a dynamic first dimension on every "
+                                              r"input and output; fixed in: latent, images"):
+        write_model_repository(files["repo"], "m", files["plan"], RepositoryOptions(
+            plugin_library=files["plugin"], onnx=static, io_from="onnx", max_batch_size=2))
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+def test_triton_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["triton", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for text in ("examples:", "--backend-config=tensorrt,plugins=", "--max-batch-size", "exit codes:"):
+        assert text in out
+
+
+def test_triton_cli_writes_and_prints_the_server_command(files, capsys):
+    code = cli_main(["triton", str(files["plan"]), "--repository", str(files["repo"]), "--onnx", str(files["onnx"]),
+                     "--plugin", str(files["plugin"]), "--io-from", "onnx", "--max-batch-size", "2",
+                     "--preferred-batch-size", "2", "--gpus", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    config = parse_config(files["repo"] / "vae" / "config.pbtxt")  # model name defaults to the plan's stem
+    assert config.name == "vae" and list(config.dynamic_batching.preferred_batch_size) == [2]
+    assert f"--backend-config=tensorrt,plugins={files['repo'] / 'vae' / spec.PLUGIN_LIBRARY}" in out
+
+
+def test_triton_cli_error_is_one_line_with_hint_and_exit_2(files, capsys):
+    code = cli_main(["triton", str(files["plan"]), "--repository", str(files["repo"]), "--onnx", str(files["onnx"]),
+                     "--plugin", str(files["plugin"]), "--io-from", "onnx"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == ["trt-gn triton: error: the model's batch dimension is dynamic: give --max-batch-size",
+                   "  hint: use the MAX of --batch given to `trt-gn build` (TensorRT is not importable here to "
+                   "read it from the engine)"]
+    assert not files["repo"].exists()
+
+
+@pytest.mark.skipif(HAVE_TENSORRT, reason="TensorRT is installed")
+def test_triton_cli_io_from_engine_without_tensorrt_exits_3(files, capsys):
+    code = cli_main(["triton", str(files["plan"]), "--repository", str(files["repo"]), "--plugin",
+                     str(files["plugin"]), "--io-from", "engine"])
+    assert code == 3
+    assert "TensorRT is not installed" in capsys.readouterr().err
+    assert not files["repo"].exists()
+
+
+# --- examples/triton_client.py ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def client():
+    path = REPO_ROOT / "examples" / "triton_client.py"
+    module_spec = importlib.util.spec_from_file_location("triton_client_example", path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module  # dataclasses look their module up here
+    module_spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def standard_model(tmp_path):
+    """GroupNorm+SiLU in standard ONNX ops (what the fused node's local function computes)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, "H", "W"])
+    rng = np.random.default_rng(1)
+    inits = [onnx.numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), n) for n in ("s", "b")]
+    nodes = [helper.make_node("GroupNormalization", ["x", "s", "b"], ["n"], num_groups=4, epsilon=1e-5),
+             helper.make_node("Sigmoid", ["n"], ["sig"]), helper.make_node("Mul", ["n", "sig"], ["y"])]
+    graph = helper.make_graph(nodes, "gn", [x], [y], initializer=inits)
+    path = tmp_path / "gn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10), path)
+    return path
+
+
+def test_client_inputs_are_seeded_and_shaped(client, standard_model):
+    specs, outputs = client.read_model_io(str(standard_model))
+    assert outputs == ["y"]
+    a = client.make_inputs(specs, {"x": (2, 8, 4, 4)}, seed=7)
+    b = client.make_inputs(specs, {"x": (2, 8, 4, 4)}, seed=7)
+    assert a["x"].shape == (2, 8, 4, 4) and a["x"].dtype == np.float32 and np.array_equal(a["x"], b["x"])
+    with pytest.raises(client.ClientError, match=r"input 'x' has dynamic dimensions \[2, 3\]: give --shape x:SHAPE"):
+        client.make_inputs(specs, {}, seed=0)
+    with pytest.raises(client.ClientError, match="does not fit the model's"):
+        client.make_inputs(specs, {"x": (2, 3, 4, 4)}, seed=0)
+
+
+def test_http_request_and_response_round_trip(client, standard_model):
+    import tritonclient.http as httpclient
+
+    specs, outputs = client.read_model_io(str(standard_model))
+    feeds = client.make_inputs(specs, {"x": (1, 8, 4, 4)}, seed=0)
+    expected = client.reference_outputs(str(standard_model), feeds, outputs)
+    inputs, requested = client.build_request("http", feeds, outputs)
+
+    body, header_length = httpclient.InferenceServerClient.generate_request_body(inputs, outputs=requested)
+    header = json.loads(body[:header_length])
+    assert header["inputs"] == [{"name": "x", "shape": [1, 8, 4, 4], "datatype": "FP32",
+                                 "parameters": {"binary_data_size": feeds["x"].nbytes}}]
+    assert header["outputs"] == [{"name": "y", "parameters": {"binary_data": True}}]
+    assert body[header_length:] == feeds["x"].tobytes()
+
+    # The server's answer in the same binary-tensor format, carrying onnxruntime's output.
+    y = expected["y"]
+    response_header = json.dumps({"model_name": "gn", "model_version": "1", "outputs": [
+        {"name": "y", "datatype": "FP32", "shape": list(y.shape), "parameters": {"binary_data_size": y.nbytes}}]}
+    ).encode()
+    result = httpclient.InferenceServerClient.parse_response_body(response_header + y.tobytes(),
+                                                                  header_length=len(response_header))
+    actual = {"y": result.as_numpy("y")}
+    [ok] = client.compare(actual, expected, atol=1e-6, rtol=1e-6)
+    assert ok == client.Comparison("y", 0.0, 0.0, True)
+
+
+def test_grpc_request_and_response_round_trip(client, standard_model):
+    import tritonclient.grpc as grpcclient
+    from tritonclient.grpc import service_pb2
+    from tritonclient.grpc._utils import _get_inference_request
+
+    specs, outputs = client.read_model_io(str(standard_model))
+    feeds = client.make_inputs(specs, {"x": (2, 8, 2, 3)}, seed=3)
+    inputs, requested = client.build_request("grpc", feeds, outputs)
+    request = _get_inference_request(model_name="gn", inputs=inputs, model_version="", request_id="",
+                                     outputs=requested, sequence_id=0, sequence_start=False, sequence_end=False,
+                                     priority=0, timeout=None, parameters=None)
+    assert [(t.name, t.datatype, list(t.shape)) for t in request.inputs] == [("x", "FP32", [2, 8, 2, 3])]
+    assert list(request.raw_input_contents) == [feeds["x"].tobytes()]
+    assert [o.name for o in request.outputs] == ["y"]
+
+    expected = client.reference_outputs(str(standard_model), feeds, outputs)
+    served = expected["y"].copy()
+    served.flat[5] += 0.5  # a wrong element: the comparison must catch it and report its size
+    response = service_pb2.ModelInferResponse(model_name="gn", model_version="1")
+    out = response.outputs.add()
+    out.name, out.datatype = "y", "FP32"
+    out.shape.extend(served.shape)
+    response.raw_output_contents.append(served.tobytes())
+    actual = {"y": grpcclient.InferResult(response).as_numpy("y")}
+    [result] = client.compare(actual, expected, atol=1e-3, rtol=1e-3)
+    assert result.name == "y" and not result.ok
+    assert result.max_abs == pytest.approx(0.5, abs=1e-6)
+
+
+def test_compare_rejects_nan_and_shape_mismatch(client):
+    expected = {"y": np.ones((2, 2), np.float32)}
+    bad = np.ones((2, 2), np.float32)
+    bad[0, 0] = np.nan
+    [result] = client.compare({"y": bad}, expected, atol=1.0, rtol=1.0)
+    assert not result.ok
+    with pytest.raises(client.ClientError, match=r"output 'y': shape \(4,\) from the server, \(2, 2\) from onnxruntime"):
+        client.compare({"y": np.ones(4, np.float32)}, expected, atol=1.0, rtol=1.0)
+    with pytest.raises(client.ClientError, match="the server's answer has no output 'y'"):
+        client.compare({}, expected, atol=1.0, rtol=1.0)
+
+
+def test_client_without_server_exits_3(client, standard_model, capsys):
+    # Port 9 (discard) on localhost: nothing listens there; the client must say it cannot reach Triton.
+    code = client.main(["--onnx", str(standard_model), "--model", "gn", "--shape", "x:1x8x4x4",
+                        "--protocol", "http", "--url", "127.0.0.1:9"])
+    assert code == 3
+    assert "triton_client: error:" in capsys.readouterr().err

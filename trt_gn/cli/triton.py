@@ -1,0 +1,111 @@
+"""`trt-gn triton`: write a Triton Inference Server model repository for a trt_gn engine."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT = 0, 1, 2, 3
+
+EPILOG = """\
+examples:
+  # engine built here (TensorRT importable): dims, types and max batch are read from the engine
+  trt-gn triton vae_decoder.plan --repository models --model vae_decoder --onnx vae_decoder.fused.onnx
+
+  # no TensorRT here: dims and types from the ONNX model, max batch given by hand
+  trt-gn triton unet.plan --repository models --model unet --onnx unet.fused.onnx \\
+      --io-from onnx --max-batch-size 4 --preferred-batch-size 2 --preferred-batch-size 4
+
+  # then serve it (the plugin is copied next to config.pbtxt):
+  tritonserver --model-repository=models \\
+      --backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin.so
+
+written: REPOSITORY/MODEL/config.pbtxt, REPOSITORY/MODEL/VERSION/model.plan,
+REPOSITORY/MODEL/libtrt_gn_plugin.so. The model folder is assembled aside and renamed into
+place: nothing is left half-written.
+
+exit codes: 0 written; 1 could not write the files; 2 bad arguments or input (or an engine TensorRT cannot load);
+3 --io-from engine without TensorRT.
+"""
+
+
+def _gpus(text: str) -> list[int]:
+    try:
+        return [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of GPU ids like 0,1") from None
+
+
+def register(subparsers) -> None:
+    from ..triton import IO_SOURCES
+
+    p = subparsers.add_parser(
+        "triton",
+        help="write a Triton model repository (config.pbtxt, plan, plugin) for an engine",
+        description="Write a Triton Inference Server model repository for a TensorRT engine built by "
+        "`trt-gn build`: config.pbtxt (platform tensorrt_plan), the version folder with the plan, and the "
+        "plugin library.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("plan", metavar="ENGINE.plan", help="engine written by `trt-gn build`")
+    p.add_argument("--repository", required=True, metavar="DIR", help="model repository folder (created if missing)")
+    p.add_argument("--model", metavar="NAME", help="model name (default: the engine's file stem)")
+    p.add_argument("--onnx", metavar="MODEL.onnx", help="the ONNX model the engine was built from")
+    p.add_argument("--plugin", metavar="LIB.so", help="plugin library to copy (default: the one trt_gn finds)")
+    p.add_argument("--io-from", choices=IO_SOURCES, default="auto",
+                   help="where input/output dims and types come from (auto: the engine when TensorRT is "
+                   "importable, else the ONNX model)")
+    p.add_argument("--max-batch-size", type=int, metavar="N",
+                   help="Triton max_batch_size (0: no batching; default: the engine profile's max batch)")
+    p.add_argument("--instances", type=int, default=1, metavar="N", help="model instances per GPU (default: 1)")
+    p.add_argument("--gpus", type=_gpus, default=[], metavar="IDS", help="GPU ids for the instances, e.g. 0,1 "
+                   "(default: all)")
+    p.add_argument("--dynamic-batching", action=argparse.BooleanOptionalAction, default=None,
+                   help="Triton's dynamic batcher (default: on when max batch size > 0)")
+    p.add_argument("--preferred-batch-size", dest="preferred_batch_sizes", type=int, action="append", default=[],
+                   metavar="N", help="preferred batch size of the dynamic batcher (repeatable)")
+    p.add_argument("--max-queue-delay-us", type=int, default=100, metavar="US",
+                   help="dynamic batcher max queue delay in microseconds (default: 100)")
+    p.add_argument("--version", type=int, default=1, metavar="N", help="model version folder (default: 1)")
+    p.add_argument("--overwrite", action="store_true", help="replace REPOSITORY/MODEL if it exists")
+    p.set_defaults(func=run)
+
+
+def _error(message: str, hint: str = "") -> None:
+    print(f"trt-gn triton: error: {message}", file=sys.stderr)
+    if hint:
+        print(f"  hint: {hint}", file=sys.stderr)
+
+
+def run(args) -> int:
+    from ..engine import EngineBuildError, TensorRTNotInstalledError
+    from ..triton import RepositoryOptions, write_model_repository
+
+    model = args.model or Path(args.plan).stem
+    options = RepositoryOptions(plugin_library=args.plugin, onnx=args.onnx, io_from=args.io_from,
+                                max_batch_size=args.max_batch_size, instance_count=args.instances,
+                                gpus=args.gpus, dynamic_batching=args.dynamic_batching,
+                                preferred_batch_sizes=args.preferred_batch_sizes,
+                                max_queue_delay_us=args.max_queue_delay_us, version=args.version,
+                                overwrite=args.overwrite)
+    try:
+        result = write_model_repository(args.repository, model, args.plan, options)
+    except TensorRTNotInstalledError as e:
+        _error(e.message, e.hint + "; or pass --io-from onnx --onnx MODEL.onnx")
+        return EXIT_NO_TENSORRT
+    except EngineBuildError as e:
+        # Everything is checked before the folder is written, so these are bad arguments or inputs,
+        # except a failure to deserialize the engine, which is reported the same way.
+        _error(e.message, e.hint)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        _error(f"could not write the model repository: {e}")
+        return EXIT_FAILED
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"wrote {result.model_dir} (max_batch_size {result.max_batch_size}, inputs/outputs from "
+          f"{result.io_source})")
+    print(f"serve it with:\n  {result.server_command}")
+    return EXIT_OK

@@ -1,0 +1,282 @@
+"""Write a Triton Inference Server model repository for a trt_gn TensorRT engine.
+
+Layout written (``<repository>/<model>/``)::
+
+    config.pbtxt             platform "tensorrt_plan", inputs/outputs, batching, instances
+    <version>/model.plan     the engine (default version 1)
+    libtrt_gn_plugin.so      the plugin library the engine needs
+
+Triton's TensorRT backend does not look for plugins in the model folder: start the
+server with ``--backend-config=tensorrt,plugins=<repository>/<model>/libtrt_gn_plugin.so``
+(or ``LD_PRELOAD=...``); ``RepositoryResult.server_command`` spells it out.
+
+Input/output names, element types and dimensions come from the engine when TensorRT
+is importable here (the plan is deserialized, so a GPU is needed too), otherwise from
+the ONNX model. The model folder is assembled in a hidden staging folder of the
+repository and renamed into place, so a failure never leaves a half-written model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from . import spec
+from .engine import (PLAN_SUFFIXES, EngineBuildError, TensorSpec, _plugin_path, read_engine_io,
+                     read_onnx_io)
+
+PLATFORM = "tensorrt_plan"
+PLAN_FILE_NAME = "model.plan"  # Triton's default_model_filename for tensorrt_plan
+IO_SOURCES = ("auto", "engine", "onnx")
+
+# ONNX element type name -> Triton model-config DataType
+ONNX_TO_TRITON_DTYPE = {
+    "FLOAT": "TYPE_FP32", "FLOAT16": "TYPE_FP16", "BFLOAT16": "TYPE_BF16", "DOUBLE": "TYPE_FP64",
+    "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
+    "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32", "UINT64": "TYPE_UINT64",
+    "BOOL": "TYPE_BOOL",
+}
+
+_MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+class RepositoryError(EngineBuildError):
+    """The model repository could not be written; ``hint`` says what to do."""
+
+
+@dataclass
+class RepositoryOptions:
+    plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
+    onnx: str | os.PathLike | None = None  # the model the engine was built from
+    io_from: str = "auto"  # "auto" (engine when TensorRT is importable, else ONNX), "engine", "onnx"
+    max_batch_size: int | None = None  # None: the engine profile's max batch (engine) / required (ONNX)
+    instance_count: int = 1
+    gpus: Sequence[int] = ()
+    dynamic_batching: bool | None = None  # None: on when max_batch_size > 0
+    preferred_batch_sizes: Sequence[int] = ()
+    max_queue_delay_us: int = 100
+    version: int = 1
+    overwrite: bool = False
+
+
+@dataclass
+class RepositoryResult:
+    model_dir: Path
+    config: Path
+    plan: Path
+    plugin_library: Path
+    io_source: str
+    max_batch_size: int
+    config_text: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def server_command(self) -> str:
+        return (f"tritonserver --model-repository={self.model_dir.parent} "
+                f"--backend-config=tensorrt,plugins={self.plugin_library}")
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def model_config_text(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
+                      max_batch_size: int, instance_count: int = 1, gpus: Sequence[int] = (),
+                      dynamic_batching: bool = False, preferred_batch_sizes: Sequence[int] = (),
+                      max_queue_delay_us: int = 100) -> str:
+    """config.pbtxt text (protobuf text format of Triton's inference.ModelConfig).
+
+    With max_batch_size > 0, Triton owns dimension 0 (the batch): it is left out of ``dims``.
+    Dynamic dimensions are -1.
+    """
+
+    def tensor_block(t: TensorSpec) -> str:
+        if t.dtype not in ONNX_TO_TRITON_DTYPE:
+            raise RepositoryError(f"tensor '{t.name}' has type {t.dtype}, which Triton has no type for")
+        dims = t.shape[1:] if max_batch_size > 0 else t.shape
+        dims_text = ", ".join("-1" if d is None else str(d) for d in dims)
+        return ("  {\n"
+                f"    name: {_quote(t.name)}\n"
+                f"    data_type: {ONNX_TO_TRITON_DTYPE[t.dtype]}\n"
+                f"    dims: [ {dims_text} ]\n"
+                "  }")
+
+    lines = [
+        f"name: {_quote(name)}",
+        f"platform: {_quote(PLATFORM)}",
+        f"max_batch_size: {int(max_batch_size)}",
+        f"default_model_filename: {_quote(PLAN_FILE_NAME)}",
+        "input [\n" + ",\n".join(tensor_block(t) for t in inputs) + "\n]",
+        "output [\n" + ",\n".join(tensor_block(t) for t in outputs) + "\n]",
+    ]
+    group = ["  {", f"    count: {int(instance_count)}", "    kind: KIND_GPU"]
+    if gpus:
+        group.append(f"    gpus: [ {', '.join(str(int(g)) for g in gpus)} ]")
+    group.append("  }")
+    lines.append("instance_group [\n" + "\n".join(group) + "\n]")
+    if dynamic_batching:
+        body = []
+        if preferred_batch_sizes:
+            body.append(f"  preferred_batch_size: [ {', '.join(str(int(b)) for b in preferred_batch_sizes)} ]")
+        body.append(f"  max_queue_delay_microseconds: {int(max_queue_delay_us)}")
+        lines.append("dynamic_batching {\n" + "\n".join(body) + "\n}")
+    return "\n".join(lines) + "\n"
+
+
+def _io_specs(plan: Path, options: RepositoryOptions, onnx_path: Path | None, plugin: Path):
+    """(inputs, outputs, profile-or-None, source, notes)."""
+    notes = []
+    source = options.io_from
+    if source == "auto":
+        try:
+            import tensorrt  # noqa: F401
+            source = "engine"
+        except ImportError:
+            source = "onnx"
+            notes.append("input/output dims and types read from the ONNX model: TensorRT is not installed here")
+    if source == "onnx":
+        if onnx_path is None:
+            raise RepositoryError("reading inputs/outputs from the ONNX model needs --onnx",
+                                  "pass the fused .onnx the engine was built from")
+        inputs, outputs = read_onnx_io(onnx_path)
+        return inputs, outputs, None, source, notes
+    io = read_engine_io(plan, plugin)
+    if onnx_path is not None:
+        onnx_in, onnx_out = read_onnx_io(onnx_path)
+        for kind, engine_side, onnx_side in (("inputs", io.inputs, onnx_in), ("outputs", io.outputs, onnx_out)):
+            a = sorted((t.name, t.dtype) for t in engine_side)
+            b = sorted((t.name, t.dtype) for t in onnx_side)
+            if a != b:
+                raise RepositoryError(f"the engine's {kind} {a} differ from the ONNX model's {b}",
+                                      "pass the ONNX model this engine was built from, or rebuild the engine")
+    return io.inputs, io.outputs, io.profile, source, notes
+
+
+def _resolve_batching(inputs, outputs, profile, source: str, options: RepositoryOptions) -> tuple[int, bool]:
+    batchable = all(t.shape and t.shape[0] is None for t in list(inputs) + list(outputs))
+    max_batch = options.max_batch_size
+    if max_batch is not None and max_batch < 0:
+        raise RepositoryError(f"--max-batch-size must be >= 0, got {max_batch}")
+    profile_max = None
+    if profile:
+        batch_ranges = [(lo[0], hi[0]) for lo, _, hi in profile.values()]
+        profile_max = min(hi for _, hi in batch_ranges)
+        if batchable and any(lo != 1 for lo, _ in batch_ranges):
+            raise RepositoryError("the engine's optimisation profile does not start at batch 1, but Triton "
+                                  "sends batches of any size from 1", "rebuild with --batch 1:OPT:MAX")
+    if max_batch is None:
+        if not batchable:
+            max_batch = 0
+        elif profile_max is not None:
+            max_batch = profile_max
+        else:
+            raise RepositoryError("the model's batch dimension is dynamic: give --max-batch-size",
+                                  "use the MAX of --batch given to `trt-gn build` (TensorRT is not importable "
+                                  "here to read it from the engine)")
+    if max_batch > 0:
+        if not batchable:
+            fixed = [t.name for t in list(inputs) + list(outputs) if not t.shape or t.shape[0] is not None]
+            raise RepositoryError(f"--max-batch-size {max_batch} needs a dynamic first dimension on every input "
+                                  f"and output; fixed in: {', '.join(fixed)}",
+                                  "use --max-batch-size 0, or export with a dynamic batch")
+        if profile_max is not None and max_batch > profile_max:
+            raise RepositoryError(f"--max-batch-size {max_batch} exceeds the engine's profile maximum batch "
+                                  f"{profile_max}", f"use at most {profile_max}, or rebuild with a larger --batch")
+    dynamic = options.dynamic_batching if options.dynamic_batching is not None else max_batch > 0
+    if dynamic and max_batch == 0:
+        raise RepositoryError("dynamic batching needs --max-batch-size > 0",
+                              "drop --dynamic-batching or give --max-batch-size")
+    for b in options.preferred_batch_sizes:
+        if not 1 <= b <= max_batch:
+            raise RepositoryError(f"preferred batch size {b} is outside 1..{max_batch} (--max-batch-size)")
+    if options.preferred_batch_sizes and not dynamic:
+        raise RepositoryError("--preferred-batch-size needs dynamic batching")
+    return max_batch, dynamic
+
+
+def write_model_repository(repository, model_name: str, plan, options: RepositoryOptions | None = None
+                           ) -> RepositoryResult:
+    """Write ``<repository>/<model_name>`` for the engine ``plan``; see the module docstring."""
+    options = options or RepositoryOptions()
+    repo = Path(repository)
+    plan = Path(plan)
+    # -- every check before anything is written --------------------------------------------
+    if not _MODEL_NAME_RE.match(model_name):
+        raise RepositoryError(f"model name '{model_name}' is not a valid folder name",
+                              "use letters, digits, '_', '-' and '.', not starting with '.' or '-'")
+    if options.io_from not in IO_SOURCES:
+        raise RepositoryError(f"unknown --io-from '{options.io_from}'", f"choose one of {', '.join(IO_SOURCES)}")
+    if options.instance_count < 1:
+        raise RepositoryError(f"--instances must be >= 1, got {options.instance_count}")
+    if any(g < 0 for g in options.gpus):
+        raise RepositoryError(f"GPU ids must be >= 0, got {list(options.gpus)}")
+    if options.version < 1:
+        raise RepositoryError(f"model version must be >= 1, got {options.version}")
+    if options.max_queue_delay_us < 0:
+        raise RepositoryError(f"max queue delay must be >= 0, got {options.max_queue_delay_us}")
+    if not plan.is_file():
+        raise RepositoryError(f"engine {plan} does not exist", "build it with `trt-gn build`")
+    if plan.suffix.lower() not in PLAN_SUFFIXES:
+        raise RepositoryError(f"engine {plan} must end in {' or '.join(PLAN_SUFFIXES)}")
+    onnx_path = Path(options.onnx) if options.onnx is not None else None
+    if onnx_path is not None:
+        if not onnx_path.is_file():
+            raise RepositoryError(f"ONNX model {onnx_path} does not exist")
+        if onnx_path.suffix.lower() != ".onnx":
+            raise RepositoryError(f"{onnx_path} does not end in .onnx", "pass an ONNX model file (*.onnx)")
+    plugin = _plugin_path(options.plugin_library)
+    repo_parent = repo.parent if str(repo.parent) else Path(".")
+    if repo.exists() and not repo.is_dir():
+        raise RepositoryError(f"model repository {repo} exists and is not a folder")
+    if not repo.exists() and not repo_parent.is_dir():
+        raise RepositoryError(f"folder {repo_parent} does not exist", f"create it: mkdir -p {repo_parent}")
+    writable_dir = repo if repo.is_dir() else repo_parent
+    if not os.access(writable_dir, os.W_OK | os.X_OK):
+        raise RepositoryError(f"{writable_dir} is not writable", "choose a writable model repository")
+    target = repo / model_name
+    if target.exists() and not options.overwrite:
+        raise RepositoryError(f"{target} already exists", "pass --overwrite to replace it")
+
+    inputs, outputs, profile, source, notes = _io_specs(plan, options, onnx_path, plugin)
+    max_batch, dynamic = _resolve_batching(inputs, outputs, profile, source, options)
+    text = model_config_text(model_name, inputs, outputs, max_batch_size=max_batch,
+                             instance_count=options.instance_count, gpus=options.gpus,
+                             dynamic_batching=dynamic, preferred_batch_sizes=options.preferred_batch_sizes,
+                             max_queue_delay_us=options.max_queue_delay_us)
+
+    # -- write: stage the whole model folder, then rename it into place ---------------------
+    created_repo = not repo.exists()
+    repo.mkdir(exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{model_name}.staging-", dir=repo))
+    backup = None
+    try:
+        (stage / "config.pbtxt").write_text(text)
+        version_dir = stage / str(options.version)
+        version_dir.mkdir()
+        shutil.copyfile(plan, version_dir / PLAN_FILE_NAME)
+        shutil.copyfile(plugin, stage / spec.PLUGIN_LIBRARY)
+        os.chmod(stage, 0o755)  # mkdtemp makes it 0700; the server may run as another user
+        if target.exists():
+            backup = Path(tempfile.mkdtemp(prefix=f".{model_name}.old-", dir=repo))
+            os.rmdir(backup)
+            os.rename(target, backup)
+        os.rename(stage, target)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if backup is not None and not target.exists():
+            os.rename(backup, target)
+            backup = None
+        if created_repo:
+            shutil.rmtree(repo, ignore_errors=True)
+        raise
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)
+    return RepositoryResult(model_dir=target, config=target / "config.pbtxt",
+                            plan=target / str(options.version) / PLAN_FILE_NAME,
+                            plugin_library=target / spec.PLUGIN_LIBRARY, io_source=source,
+                            max_batch_size=max_batch, config_text=text, notes=notes)
