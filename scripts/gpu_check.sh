@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU run, in one command for the device machine (H100/H200, no internet):
+# builds the native code for sm_90, then runs the stages named on the command
+# line (default: all), writing logs and results under $OUT.
+#
+#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [bench] [vae]
+#
+# Pure-Python test dependencies missing there travel as wheels in .whl/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+stages=${*:-tests sanitize plugin bench vae}
+export PYTHONUNBUFFERED=1
+
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+trt_args=()
+[ -d .deps/TensorRT/include ] && trt_args=(-DTensorRT_ROOT="$PWD/.deps/TensorRT")
+t0=$(date +%s)
+cmake -S plugin_src -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 "${trt_args[@]}" >"$OUT/cmake.log" 2>&1 \
+  && cmake --build build-gpu >>"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+export TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu/libtrt_gn_kernels.so
+export TRT_GN_PLUGIN_BUILD_DIR=$PWD/build-gpu/plugin
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+rc=0
+for s in $stages; do
+  echo "=== $s"
+  case $s in
+    tests)
+      timeout 420 python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
+    sanitize)
+      for tool in memcheck racecheck; do
+        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
+          >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -3 "$OUT/sanitize-$tool.log"
+      done ;;
+    plugin)
+      (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1 ;;
+    bench)
+      timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
+    profile)
+      timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} -k regex:gn --csv --page raw \
+        --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+        python3 scripts/profile_kernels.py ${PROFILE_SHAPES:-} > "$OUT/profile.csv" 2>"$OUT/profile.err"; echo "ncu exit $?"
+      python3 - "$OUT/profile.csv" <<'PY'
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[2:]
+col = {h: i for i, h in enumerate(hdr)}
+keys = ["gpu__time_duration.sum", "launch__grid_size", "launch__block_size", "launch__cluster_dim_x", "launch__registers_per_thread",
+        "dram__bytes_read.sum", "dram__bytes_write.sum", "lts__t_bytes.sum", "sm__warps_active.avg.pct_of_peak_sustained_active"]
+seen = set()
+for r in rows:
+    name = r[col["Kernel Name"]][:40]
+    print(name.ljust(40), " ".join(f"{k.split('__')[1][:12]}={r[col[k]]}" for k in keys if k in col))
+PY
+      ;;
+    detail)
+      # stall reasons of one kernel of each path (one small, one VAE shape)
+      timeout 200 ncu --clock-control none -k regex:"gnFused|gnApplyNHWC|gnStatsNHWC" --launch-skip 0 --launch-count 6 \
+        --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section SourceCounters \
+        python3 scripts/profile_kernels.py ${DETAIL_SHAPES:-sd15-unet-320x64 vae-dec-256x512} > "$OUT/detail.txt" 2>&1
+      grep -E "gnFused|gnApply|gnStats|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|L2 Hit|Warp Cycles Per Issued|Elapsed Cycles|group_norm_.*cu:[0-9]+|stall" "$OUT/detail.txt" | head -120 ;;
+    vae)
+      [ -f export/bench_vae_decode.py ] && timeout 300 python3 export/bench_vae_decode.py 2>&1 | tee "$OUT/vae.log" | tail -15 ;;
+  esac
+done
+exit $rc
