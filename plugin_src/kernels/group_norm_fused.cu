@@ -149,39 +149,26 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     for (int i = 0; i < VPT; ++i) {
         if (active && pixel(i) < a.hw) data[i] = loadRaw<T, VEC>(x + pixel(i) * a.cs);
     }
-    // gamma/beta now, so that their latency overlaps the data's.
+    // gamma/beta now, so that their latency overlaps the data's; with many
+    // vectors per thread the registers are worth more.
+    constexpr bool kPrefetchAffine = VPT < 8;
     float gamma[VEC], beta[VEC];
+    if constexpr (kPrefetchAffine) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-        gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
-        beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
-    }
-
-    int gOf[VEC];
-    float shiftK[VEC], meanD[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-        gOf[e] = (vc * VEC + e) / a.cpg;
-        shiftK[e] = toFloat<T>(static_cast<const T*>(a.x)[setBase + gOf[e] * a.cpg]);
-        meanD[e] = 0.f;
-    }
-
-#pragma unroll 1
-    for (int phase = 0; phase < 2; ++phase) {
-        float acc[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            if (active && pixel(i) < a.hw) {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
-                    acc[e] += phase == 0 ? d : d * d;
-                }
-            }
+        for (int e = 0; e < VEC; ++e) {
+            gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
+            beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
         }
-        // Sum the warp's pixels: lanes l, l + vp, l + 2vp, ... share a vector.
+    }
+    auto groupOf = [&](int e) { return (vc * VEC + e) / a.cpg; };  // group of element e within the set
+    float shiftK[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) shiftK[e] = toFloat<T>(static_cast<const T*>(a.x)[setBase + groupOf(e) * a.cpg]);
+
+    // Sums the block's per-thread acc[] into part[phase][group] and then over
+    // the cluster into stat[phase][group] (via finish).
+    auto reduce = [&](float (&acc)[VEC], int phase) {
+        // The warp's pixels: lanes l, l + vp, l + 2vp, ... share a vector.
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
             for (int m = 16; m >= a.vp; m >>= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], m);
@@ -192,8 +179,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
         }
         __syncthreads();
         // One warp per group of the set sums its (warp, channel) partials in a
-        // fixed order.
-        // (Lanes take consecutive channels: consecutive banks, no division.)
+        // fixed order; lanes take consecutive channels (consecutive banks).
         for (int gi = warp; gi < gps; gi += numWarps) {
             double sum = 0.0;
             for (int cl = lane; cl < a.cpg; cl += 32) {
@@ -208,11 +194,36 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
             stat[phase][i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
         });
         __syncthreads();
-        if (phase == 0) {
+    };
+
+    float acc[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) meanD[e] = stat[0][gOf[e]];
+    for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (active && pixel(i) < a.hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[e] += data[i].getFresh(e) - shiftK[e];
         }
     }
+    reduce(acc, 0);
+    float meanD[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        meanD[e] = stat[0][groupOf(e)];
+        acc[e] = 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (active && pixel(i) < a.hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
+                acc[e] = fmaf(d, d, acc[e]);
+            }
+        }
+    }
+    reduce(acc, 1);
     clusterArrive(K);
 
     // y = (x - k) * scale + (beta - mean_d * scale): x - k is exact and both
@@ -220,7 +231,11 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     float scale[VEC], shift[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        scale[e] = stat[1][gOf[e]] * gamma[e];
+        if constexpr (!kPrefetchAffine) {
+            gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
+            beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
+        }
+        scale[e] = stat[1][groupOf(e)] * gamma[e];
         shift[e] = beta[e] - meanD[e] * scale[e];
     }
 #pragma unroll
@@ -228,9 +243,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
         if (active && pixel(i) < a.hw) {
             float out[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) {
+            for (int e = 0; e < VEC; ++e)
                 out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK[e], scale[e], shift[e]), a.act);
-            }
             storeVec<T, VEC>(y + pixel(i) * a.cs, out);
         }
     }
@@ -264,21 +278,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
     }
     const float shiftK = toFloat<T>(x[0]);  // see gnFusedNHWC
 
-    float meanD = 0.f;
-#pragma unroll 1
-    for (int phase = 0; phase < 2; ++phase) {
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < VPT; ++i) {
-            const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
-            if (j < a.units) {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    const float d = (data[i].getFresh(e) - shiftK) - meanD;
-                    acc += phase == 0 ? d : d * d;
-                }
-            }
-        }
+    auto reduce = [&](float acc, int phase) {
         acc = warpSum(acc);
         if (lane == 0) red[warp] = acc;
         __syncthreads();
@@ -292,8 +292,29 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
             stat[phase] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
         });
         __syncthreads();
-        if (phase == 0) meanD = stat[0];
+    };
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if ((int64_t(rank) * VPT + i) * a.R + tid < a.units) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc += data[i].getFresh(e) - shiftK;
+        }
     }
+    reduce(acc, 0);
+    const float meanD = stat[0];
+    acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if ((int64_t(rank) * VPT + i) * a.R + tid < a.units) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float d = (data[i].getFresh(e) - shiftK) - meanD;
+                acc = fmaf(d, d, acc);
+            }
+        }
+    }
+    reduce(acc, 1);
     clusterArrive(K);
 
     const float rstd = stat[1];
