@@ -22,7 +22,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --
 trt_args=()
 [ -d .deps/TensorRT/include ] && trt_args=(-DTensorRT_ROOT="$PWD/.deps/TensorRT")
 t0=$(date +%s)
-cmake -S plugin_src -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 "${trt_args[@]}" >"$OUT/cmake.log" 2>&1 \
+cmake -S plugin_src -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 "${trt_args[@]}" ${CMAKE_EXTRA:-} >"$OUT/cmake.log" 2>&1 \
   && cmake --build build-gpu >>"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu/libtrt_gn_kernels.so
@@ -66,6 +66,13 @@ PY
         --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section SourceCounters \
         python3 scripts/profile_kernels.py ${DETAIL_SHAPES:-sd15-unet-320x64 vae-dec-256x512} > "$OUT/detail.txt" 2>&1
       grep -E "gnFused|gnApply|gnStats|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|L2 Hit|Warp Cycles Per Issued|Elapsed Cycles|group_norm_.*cu:[0-9]+|stall" "$OUT/detail.txt" | head -120 ;;
+    sass)
+      # per-SASS-instruction stall samples of one kernel (NCU_KERNEL, default gnFusedNHWC) on PROFILE_SHAPES
+      timeout 300 ncu --clock-control none --cache-control none -k regex:${NCU_KERNEL:-gnFusedNHWC} --launch-skip 1 --launch-count 1 \
+        --section WarpStateStats --section SourceCounters --import-source yes -o "$OUT/prof" -f \
+        python3 scripts/profile_kernels.py ${PROFILE_SHAPES:-sd15-unet-320x64} > "$OUT/sass-run.log" 2>&1; echo "ncu exit $?"
+      ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
+      ls -la "$OUT" ;;
     vae)
       [ -f export/bench_vae_decode.py ] && timeout 300 python3 export/bench_vae_decode.py 2>&1 | tee "$OUT/vae.log" | tail -15 ;;
   esac
