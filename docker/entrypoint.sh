@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # First start: build the TensorRT engine for THIS GPU and TensorRT version (engines are specific
-# to both), write the Triton model repository, then exec tritonserver with the plugin loaded.
+# to both), write the Triton model repository, then exec tritonserver with the plugin loaded
+# through its self-registering shim (the backend only dlopen()s plugins=; see docker/README.md).
 # Later starts reuse the engine from $TRT_GN_ENGINE_DIR (mount a volume there) when the ONNX model,
 # the build arguments, the GPU and TensorRT are unchanged.
 set -euo pipefail
@@ -41,4 +42,4 @@ python3 -m trt_gn.cli triton "$plan" --repository "$repository" --model "$model"
     --overwrite $triton_args || die "could not write the model repository" "" 1
 
 exec tritonserver --model-repository="$repository" \
-    --backend-config=tensorrt,plugins="$repository/$model/libtrt_gn_plugin.so" "$@"
+    --backend-config=tensorrt,plugins="$repository/$model/libtrt_gn_plugin_autoload.so" "$@"

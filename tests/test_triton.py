@@ -1,8 +1,8 @@
 """trt_gn.triton, `trt-gn triton` and examples/triton_client.py, without a Triton server.
 
 The written config.pbtxt is parsed with Triton's own model-config schema (tritonclient ships
-model_config_pb2) and every field is checked. The engine and plugin files here are placeholder
-bytes (no TensorRT on this machine): the tests check that they are copied into the right place,
+model_config_pb2) and every field is checked. The engine, plugin and autoload-shim files here are
+placeholder bytes (no TensorRT on this machine): the tests check that they are copied into the right place,
 not that Triton can run them. Dims/types are read from the ONNX model (--io-from onnx); reading
 them from an engine needs TensorRT and a GPU and is not covered here.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -62,7 +63,10 @@ def files(tmp_path):
     plan.write_bytes(b"placeholder engine bytes " * 10)
     plugin = src / spec.PLUGIN_LIBRARY
     plugin.write_bytes(b"placeholder plugin bytes")
-    return {"onnx": io_model(src / "vae.onnx"), "plan": plan, "plugin": plugin, "repo": tmp_path / "models"}
+    autoload = src / spec.PLUGIN_AUTOLOAD_LIBRARY  # built next to the plugin, as plugin_src/plugin does
+    autoload.write_bytes(b"placeholder autoload shim bytes")
+    return {"onnx": io_model(src / "vae.onnx"), "plan": plan, "plugin": plugin, "autoload": autoload,
+            "repo": tmp_path / "models"}
 
 
 def parse_config(path: Path):
@@ -91,10 +95,14 @@ def test_repository_layout_and_every_config_field(files):
         "vae_decoder/1/model.plan": files["plan"].read_bytes(),
         "vae_decoder/config.pbtxt": (model_dir / "config.pbtxt").read_bytes(),
         f"vae_decoder/{spec.PLUGIN_LIBRARY}": files["plugin"].read_bytes(),
+        f"vae_decoder/{spec.PLUGIN_AUTOLOAD_LIBRARY}": files["autoload"].read_bytes(),
     }
     assert result.model_dir == model_dir and result.io_source == "onnx" and result.max_batch_size == 4
+    assert result.plugin_library == model_dir / "libtrt_gn_plugin.so"
+    assert result.plugin_autoload_library == model_dir / "libtrt_gn_plugin_autoload.so"
+    # Triton only dlopen()s plugins=: it gets the shim, which registers the plugin beside it.
     assert result.server_command == (f"tritonserver --model-repository={files['repo']} "
-                                     f"--backend-config=tensorrt,plugins={model_dir / spec.PLUGIN_LIBRARY}")
+                                     f"--backend-config=tensorrt,plugins={model_dir}/libtrt_gn_plugin_autoload.so")
 
     config = parse_config(model_dir / "config.pbtxt")
     expected = model_config_pb2.ModelConfig(
@@ -199,6 +207,31 @@ def test_bad_arguments_write_nothing(files, change, message):
     assert not files["repo"].exists()  # not even the repository folder
 
 
+def test_plugin_without_its_autoload_shim_is_refused_and_writes_nothing(tmp_path, files):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    plugin = alone / spec.PLUGIN_LIBRARY
+    plugin.write_bytes(files["plugin"].read_bytes())
+    with pytest.raises(RepositoryError) as err:
+        write_model_repository(files["repo"], "m", files["plan"], RepositoryOptions(
+            plugin_library=plugin, onnx=files["onnx"], io_from="onnx", max_batch_size=4))
+    assert err.value.message == (f"{alone.resolve()}/libtrt_gn_plugin_autoload.so does not exist: Triton loads "
+                                 f"the plugin through it, so it must sit next to the plugin library "
+                                 f"{plugin.resolve()}")
+    assert "libtrt_gn_plugin_autoload.so" in err.value.hint
+    assert not files["repo"].exists()
+
+
+def test_autoload_shim_is_looked_up_only_next_to_the_plugin(tmp_path, files):
+    from trt_gn import _lib
+
+    assert _lib.find_plugin_autoload_library(files["plugin"]) == files["autoload"]
+    elsewhere = tmp_path / "elsewhere" / spec.PLUGIN_LIBRARY
+    missing = f"{elsewhere.parent}/libtrt_gn_plugin_autoload.so not found"
+    with pytest.raises(_lib.LibraryNotFoundError, match=re.escape(missing)):
+        _lib.find_plugin_autoload_library(elsewhere)
+
+
 def test_batching_needs_a_dynamic_first_dimension(tmp_path, files):
     static = io_model(tmp_path / "s.onnx", in_dims=(1, 4, "H", "W"), out_dims=(1, 3, "H", "W"))
     with pytest.raises(RepositoryError, match=r"--max-batch-size 2 needs a dynamic first dimension on every "
@@ -214,7 +247,8 @@ def test_triton_help(capsys):
         cli_main(["triton", "--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for text in ("examples:", "--backend-config=tensorrt,plugins=", "--max-batch-size", "exit codes:"):
+    for text in ("examples:", "--backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin_autoload.so",
+                 "REPOSITORY/MODEL/libtrt_gn_plugin_autoload.so", "--max-batch-size", "exit codes:"):
         assert text in out
 
 
@@ -226,7 +260,8 @@ def test_triton_cli_writes_and_prints_the_server_command(files, capsys):
     assert code == 0
     config = parse_config(files["repo"] / "vae" / "config.pbtxt")  # model name defaults to the plan's stem
     assert config.name == "vae" and list(config.dynamic_batching.preferred_batch_size) == [2]
-    assert f"--backend-config=tensorrt,plugins={files['repo'] / 'vae' / spec.PLUGIN_LIBRARY}" in out
+    assert f"--backend-config=tensorrt,plugins={files['repo'] / 'vae' / spec.PLUGIN_AUTOLOAD_LIBRARY}" in out
+    assert (files["repo"] / "vae" / spec.PLUGIN_AUTOLOAD_LIBRARY).read_bytes() == files["autoload"].read_bytes()
 
 
 def test_triton_cli_error_is_one_line_with_hint_and_exit_2(files, capsys):

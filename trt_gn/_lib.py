@@ -5,7 +5,9 @@ The library is looked up, in order, at:
   2. <package>/lib/libtrt_gn_kernels.so (installed there by pip through scikit-build-core);
   3. <repository>/build/libtrt_gn_kernels.so (a developer's `cmake --build build`).
 The TensorRT plugin library is found the same way (TRT_GN_PLUGIN_LIBRARY,
-<package>/lib/libtrt_gn_plugin.so, <repository>/build/plugin/libtrt_gn_plugin.so).
+<package>/lib/libtrt_gn_plugin.so, <repository>/build/plugin/libtrt_gn_plugin.so); its
+load-time registration shim libtrt_gn_plugin_autoload.so is only ever taken from the plugin's
+own folder, because that is where the shim loads the plugin from.
 """
 
 from __future__ import annotations
@@ -132,6 +134,23 @@ def find_kernels_library() -> Path:
 
 def find_plugin_library() -> Path:
     return _find(PLUGIN_LIBRARY_ENV, spec.PLUGIN_LIBRARY, "plugin", "TensorRT plugin")
+
+
+def find_plugin_autoload_library(plugin_library: str | os.PathLike | None = None) -> Path:
+    """The self-registering shim next to `plugin_library` (default: find_plugin_library()).
+
+    The shim calls IPluginRegistry::loadLibrary on libtrt_gn_plugin.so in its own folder, so a
+    shim found anywhere else would load a different plugin, or none.
+    """
+    plugin = Path(plugin_library) if plugin_library is not None else find_plugin_library()
+    shim = plugin.parent / spec.PLUGIN_AUTOLOAD_LIBRARY
+    if not shim.is_file():
+        raise LibraryNotFoundError(
+            f"trt_gn plugin autoload library {shim} not found: it must sit next to {plugin}, "
+            f"which it loads from its own folder. It is built with the plugin into the same folder "
+            f"(cmake --build build -> build/plugin/); copy both files together."
+        )
+    return shim
 
 
 _lock = threading.Lock()

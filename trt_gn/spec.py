@@ -36,3 +36,5 @@ TORCH_OP_NAME = "group_norm_act"
 # Shared-library file names built by plugin_src/
 KERNELS_LIBRARY = "libtrt_gn_kernels.so"
 PLUGIN_LIBRARY = "libtrt_gn_plugin.so"
+# dlopen()-only hosts (Triton, LD_PRELOAD): registers PLUGIN_LIBRARY from its own folder when loaded
+PLUGIN_AUTOLOAD_LIBRARY = "libtrt_gn_plugin_autoload.so"

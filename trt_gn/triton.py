@@ -2,13 +2,17 @@
 
 Layout written (``<repository>/<model>/``)::
 
-    config.pbtxt             platform "tensorrt_plan", inputs/outputs, batching, instances
-    <version>/model.plan     the engine (default version 1)
-    libtrt_gn_plugin.so      the plugin library the engine needs
+    config.pbtxt                    platform "tensorrt_plan", inputs/outputs, batching, instances
+    <version>/model.plan            the engine (default version 1)
+    libtrt_gn_plugin.so             the plugin library the engine needs
+    libtrt_gn_plugin_autoload.so    the shim that registers it when loaded (from this folder)
 
-Triton's TensorRT backend does not look for plugins in the model folder: start the
-server with ``--backend-config=tensorrt,plugins=<repository>/<model>/libtrt_gn_plugin.so``
-(or ``LD_PRELOAD=...``); ``RepositoryResult.server_command`` spells it out.
+Triton's TensorRT backend does not look for plugins in the model folder, and it only dlopen()s
+the libraries it is given, which registers nothing for a TensorRT 10 plugin library: start the
+server with ``--backend-config=tensorrt,plugins=<repository>/<model>/libtrt_gn_plugin_autoload.so``
+(or ``LD_PRELOAD=<repository>/<model>/libtrt_gn_plugin_autoload.so``), whose constructor calls
+IPluginRegistry::loadLibrary on the libtrt_gn_plugin.so beside it (plugin_src/plugin/README.md);
+``RepositoryResult.server_command`` spells it out.
 
 Input/output names, element types and dimensions come from the engine when TensorRT
 is importable here (the plan is deserialized, so a GPU is needed too), otherwise from
@@ -70,6 +74,7 @@ class RepositoryResult:
     config: Path
     plan: Path
     plugin_library: Path
+    plugin_autoload_library: Path  # what Triton loads (plugins= / LD_PRELOAD)
     io_source: str
     max_batch_size: int
     config_text: str
@@ -78,7 +83,20 @@ class RepositoryResult:
     @property
     def server_command(self) -> str:
         return (f"tritonserver --model-repository={self.model_dir.parent} "
-                f"--backend-config=tensorrt,plugins={self.plugin_library}")
+                f"--backend-config=tensorrt,plugins={self.plugin_autoload_library}")
+
+
+def _autoload_path(plugin: Path) -> Path:
+    from . import _lib  # the one place that knows where the libraries live
+
+    try:
+        return _lib.find_plugin_autoload_library(plugin)
+    except FileNotFoundError:
+        raise RepositoryError(
+            f"{plugin.parent / spec.PLUGIN_AUTOLOAD_LIBRARY} does not exist: Triton loads the plugin "
+            f"through it, so it must sit next to the plugin library {plugin}",
+            f"build plugin_src (it writes both libraries to build/plugin/), or copy "
+            f"{spec.PLUGIN_AUTOLOAD_LIBRARY} from the plugin's build next to it") from None
 
 
 def _quote(text: str) -> str:
@@ -230,6 +248,7 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         if onnx_path.suffix.lower() != ".onnx":
             raise RepositoryError(f"{onnx_path} does not end in .onnx", "pass an ONNX model file (*.onnx)")
     plugin = _plugin_path(options.plugin_library)
+    autoload = _autoload_path(plugin)
     repo_parent = repo.parent if str(repo.parent) else Path(".")
     if repo.exists() and not repo.is_dir():
         raise RepositoryError(f"model repository {repo} exists and is not a folder")
@@ -260,6 +279,7 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         version_dir.mkdir()
         shutil.copyfile(plan, version_dir / PLAN_FILE_NAME)
         shutil.copyfile(plugin, stage / spec.PLUGIN_LIBRARY)
+        shutil.copyfile(autoload, stage / spec.PLUGIN_AUTOLOAD_LIBRARY)  # loads the plugin from its own folder
         os.chmod(stage, 0o755)  # mkdtemp makes it 0700; the server may run as another user
         if target.exists():
             backup = Path(tempfile.mkdtemp(prefix=f".{model_name}.old-", dir=repo))
@@ -278,5 +298,6 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         shutil.rmtree(backup, ignore_errors=True)
     return RepositoryResult(model_dir=target, config=target / "config.pbtxt",
                             plan=target / str(options.version) / PLAN_FILE_NAME,
-                            plugin_library=target / spec.PLUGIN_LIBRARY, io_source=source,
+                            plugin_library=target / spec.PLUGIN_LIBRARY,
+                            plugin_autoload_library=target / spec.PLUGIN_AUTOLOAD_LIBRARY, io_source=source,
                             max_batch_size=max_batch, config_text=text, notes=notes)

@@ -17,13 +17,15 @@ examples:
   trt-gn triton unet.plan --repository models --model unet --onnx unet.fused.onnx \\
       --io-from onnx --max-batch-size 4 --preferred-batch-size 2 --preferred-batch-size 4
 
-  # then serve it (the plugin is copied next to config.pbtxt):
+  # then serve it through the self-registering shim copied next to config.pbtxt (Triton only
+  # dlopen()s plugins=/LD_PRELOAD libraries; the shim registers libtrt_gn_plugin.so beside it):
   tritonserver --model-repository=models \\
-      --backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin.so
+      --backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin_autoload.so
 
 written: REPOSITORY/MODEL/config.pbtxt, REPOSITORY/MODEL/VERSION/model.plan,
-REPOSITORY/MODEL/libtrt_gn_plugin.so. The model folder is assembled aside and renamed into
-place: nothing is left half-written.
+REPOSITORY/MODEL/libtrt_gn_plugin.so, REPOSITORY/MODEL/libtrt_gn_plugin_autoload.so (taken from
+the plugin's folder). The model folder is assembled aside and renamed into place: nothing is left
+half-written.
 
 exit codes: 0 written; 1 could not write the files; 2 bad arguments or input (or an engine TensorRT cannot load);
 3 --io-from engine without TensorRT.
@@ -42,10 +44,10 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "triton",
-        help="write a Triton model repository (config.pbtxt, plan, plugin) for an engine",
+        help="write a Triton model repository (config.pbtxt, plan, plugin + autoload shim) for an engine",
         description="Write a Triton Inference Server model repository for a TensorRT engine built by "
-        "`trt-gn build`: config.pbtxt (platform tensorrt_plan), the version folder with the plan, and the "
-        "plugin library.",
+        "`trt-gn build`: config.pbtxt (platform tensorrt_plan), the version folder with the plan, the "
+        "plugin library and its self-registering shim (what Triton loads).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -53,7 +55,8 @@ def register(subparsers) -> None:
     p.add_argument("--repository", required=True, metavar="DIR", help="model repository folder (created if missing)")
     p.add_argument("--model", metavar="NAME", help="model name (default: the engine's file stem)")
     p.add_argument("--onnx", metavar="MODEL.onnx", help="the ONNX model the engine was built from")
-    p.add_argument("--plugin", metavar="LIB.so", help="plugin library to copy (default: the one trt_gn finds)")
+    p.add_argument("--plugin", metavar="LIB.so", help="plugin library to copy, with libtrt_gn_plugin_autoload.so "
+                   "from the same folder (default: the one trt_gn finds)")
     p.add_argument("--io-from", choices=IO_SOURCES, default="auto",
                    help="where input/output dims and types come from (auto: the engine when TensorRT is "
                    "importable, else the ONNX model)")
