@@ -40,7 +40,13 @@ for s in $stages; do
           >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -3 "$OUT/sanitize-$tool.log"
       done ;;
     plugin)
-      (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1 ;;
+      (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1
+      if [ -x build-gpu/plugin/trt_gn_plugin_conformance ]; then
+        timeout 240 build-gpu/plugin/trt_gn_plugin_conformance build-gpu/plugin/libtrt_gn_plugin.so >"$OUT/conformance.log" 2>&1
+        echo "conformance exit $?"; grep -E "^(FAIL|conformance:)" "$OUT/conformance.log" | tail -20
+      fi ;;
+    pipeline)
+      timeout 300 python3 -m trt_gn.cli pipeline --out "$OUT/pipeline" --no-progress 2>&1 | tee "$OUT/pipeline.log" | tail -25 ;;
     bench)
       timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
     profile)

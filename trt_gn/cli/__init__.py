@@ -8,11 +8,19 @@ import importlib
 import sys
 
 # Every subcommand module, in --help order; a module listed here that fails to import is an error.
-SUBCOMMAND_MODULES = ("bench", "build", "triton", "export", "fuse", "validate")
+SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "export", "fuse", "validate")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line plus a hint instead of the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n  hint: see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trt-gn", description="fused GroupNorm(+SiLU) kernels, TensorRT plugin and tools")
+    parser = _Parser(prog="trt-gn", description="fused GroupNorm(+SiLU) kernels, TensorRT plugin and tools",
+                     epilog="example: trt-gn pipeline   (the whole job on a tiny model; see trt-gn pipeline --help)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
