@@ -25,13 +25,7 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
     const bool vectorizable = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0
                                                             : aligned && p.hw % vec == 0;
-    // NHWC: measured on an H200 (fp16, the benchmark's shapes), the
-    // single-pass kernel wins up to ~5 MB and loses to the two-pass kernels
-    // from ~10 MB, where its wide per-thread state costs more than the second
-    // read from L2.
-    constexpr double kFusedNHWCMaxBytes = 8.0 * (1 << 20);
-    const double bytes = double(p.n) * double(p.hw) * double(p.c) * elementBytes(p.dtype);
-    if (vectorizable && (p.layout == TRTGN_LAYOUT_NCHW || bytes <= kFusedNHWCMaxBytes)) {
+    if (vectorizable) {
         bool launched = false;
         e = tryLaunchFused(p, dev, stream, &launched);
         if (launched || e != cudaSuccess) return e;

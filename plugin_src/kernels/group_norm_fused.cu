@@ -7,12 +7,14 @@
 // sum((x - mean)^2) (-> variance), both of x minus the group's first element,
 // in double across warps and blocks.
 //
-// NHWC: a "set" is the smallest run of channels that holds whole groups and
-// whole 16-byte vectors (lcm(C/G, VEC) channels, Vs vectors). Each pixel's
-// set is read by Vp = pow2 >= Vs adjacent lanes (Vp - Vs idle), so a warp
-// reads 32/Vp pixels' contiguous runs and reduces with xor shuffles.
-// NCHW: a group is one contiguous run of (C/G)*H*W elements; threads own
-// consecutive 16-byte vectors of it.
+// gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, where a group
+// is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
+// multiple of the vector (each pixel holds Vs whole vectors of the group).
+// gnFusedNHWC, the general NHWC case (e.g. C/G = 10): a "set" is the
+// smallest run of channels that holds whole groups and whole 16-byte vectors
+// (lcm(C/G, VEC) channels, Vs vectors); each pixel's set is read by
+// Vp = pow2 >= Vs adjacent lanes (Vp - Vs idle), so a warp reads 32/Vp
+// pixels' contiguous runs and reduces with xor shuffles.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -251,10 +253,16 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     clusterWait(K);
 }
 
-// ---------------------------------------------------------------- NCHW ----
+// ----------------------------------------------------- one group a cluster ----
 
-template <typename T, int VPT>
-__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a) {
+// NCHW, and NHWC where whole vectors belong to one group (C/G a multiple of
+// VEC): a cluster holds one (n, group), every element of a thread is of that
+// group, so the sums are scalars. A "unit" is a 16-byte vector (NCHW) or a
+// pixel's Vs = (C/G)/VEC vectors of the group (NHWC); thread t owns lane
+// t % lanes of units t / lanes, t / lanes + rows, ... (consecutive threads
+// read consecutive memory in both layouts).
+template <typename T, int VPT, bool NHWC>
+__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
     __shared__ float red[32];
     __shared__ double part[2];
@@ -262,21 +270,26 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
+    const int lanes = NHWC ? a.vs : 1;
+    const int lu = NHWC ? tid % lanes : 0;  // vector within the unit
+    const int row = NHWC ? tid / lanes : tid;
     const int K = a.K;
     const int rank = clusterRank(K);
     const int64_t g = blockIdx.x / K;
     const int64_t n = blockIdx.y;
-    const int64_t base = (n * a.c + g * a.cpg) * a.hw;  // first element of the group
-    const T* x = static_cast<const T*>(a.x) + base;
-    T* y = static_cast<T*>(a.y) + base;
+    // Element offset of the group's first element, and of unit u's vector.
+    const int64_t base = NHWC ? n * a.hw * a.cs + g * a.cpg : (n * a.c + g * a.cpg) * a.hw;
+    const int64_t unitStride = NHWC ? a.cs : VEC;
+    const T* x = static_cast<const T*>(a.x) + base + lu * VEC;
+    T* y = static_cast<T*>(a.y) + base + lu * VEC;
+    auto unit = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + row; };
 
     Raw<T, VEC> data[VPT];
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
-        if (j < a.units) data[i] = loadRaw<T, VEC>(x + j * VEC);
+        if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + unit(i) * unitStride);
     }
-    const float shiftK = toFloat<T>(x[0]);  // see gnFusedNHWC
+    const float shiftK = toFloat<T>(static_cast<const T*>(a.x)[base]);  // see gnFusedNHWC
 
     auto reduce = [&](float acc, int phase) {
         acc = warpSum(acc);
@@ -296,7 +309,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
     float acc = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        if ((int64_t(rank) * VPT + i) * a.R + tid < a.units) {
+        if (unit(i) < a.units) {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) acc += data[i].getFresh(e) - shiftK;
         }
@@ -306,7 +319,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
     acc = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        if ((int64_t(rank) * VPT + i) * a.R + tid < a.units) {
+        if (unit(i) < a.units) {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
                 const float d = (data[i].getFresh(e) - shiftK) - meanD;
@@ -318,19 +331,39 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNCHW(FusedArgs a)
     clusterArrive(K);
 
     const float rstd = stat[1];
+    if constexpr (NHWC) {
+        // This thread's channels are fixed: g*cpg + lu*VEC + e.
+        float scale[VEC], shift[VEC];
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        const int64_t j = (int64_t(rank) * VPT + i) * a.R + tid;
-        if (j < a.units) {
-            // hw % VEC == 0 on this path, so a vector lies in one channel.
-            const int64_t off = j * VEC;
-            const int64_t c = g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
-            const float s = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
-            const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * s;  // see gnFusedNHWC
-            float out[VEC];
+        for (int e = 0; e < VEC; ++e) {
+            const int64_t c = g * a.cpg + lu * VEC + e;
+            scale[e] = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+            shift[e] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * scale[e];
+        }
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, s, b), a.act);
-            storeVec<T, VEC>(y + j * VEC, out);
+        for (int i = 0; i < VPT; ++i) {
+            if (unit(i) < a.units) {
+                float out[VEC];
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, scale[e], shift[e]), a.act);
+                storeVec<T, VEC>(y + unit(i) * unitStride, out);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            const int64_t j = unit(i);
+            if (j < a.units) {
+                // hw % VEC == 0 on this path, so a vector lies in one channel.
+                const int64_t off = j * VEC;
+                const int64_t c = g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
+                const float sc = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+                const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * sc;  // see gnFusedNHWC
+                float out[VEC];
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, sc, b), a.act);
+                storeVec<T, VEC>(y + off, out);
+            }
         }
     }
     clusterWait(K);
@@ -349,7 +382,12 @@ struct FusedPlan {
 FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool nhwc) {
     FusedPlan best;
     double bestCost = 0;
-    const int64_t rowQuantum = std::max(1, 32 / lanes);  // whole warps
+    int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
+    while (l % 2 == 0 && g32 > 1) {
+        l /= 2;
+        g32 /= 2;
+    }
+    const int64_t rowQuantum = g32;  // 32 / gcd(lanes, 32)
     for (int K = 1; K <= maxK; K *= 2) {
         for (int vpt : kVptChoices) {
             const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
@@ -393,7 +431,11 @@ struct NHWCKernel {
 };
 template <typename T, int VPT>
 struct NCHWKernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedNCHW<T, VPT>); }
+    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, false>); }
+};
+template <typename T, int VPT>
+struct NHWCGroupKernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true>); }
 };
 
 template <typename T, template <typename, int> class Kernel>
@@ -438,7 +480,21 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
 
     FusedPlan plan;
     void* kernel = nullptr;
-    if (p.layout == TRTGN_LAYOUT_NHWC) {
+    if (p.layout == TRTGN_LAYOUT_NHWC && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
+        // Whole vectors per group: one group a cluster, scalar sums.
+        const int64_t vs = p.cpg / VEC;
+        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false);
+        if (!plan.ok) return cudaSuccess;
+        a.vs = int(vs);
+        a.groupsPerN = int(p.groups);
+        a.units = p.hw;
+        kernel = pickKernel<T, NHWCGroupKernel>(plan.vpt);
+    } else if (p.layout == TRTGN_LAYOUT_NHWC) {
+        // Measured on an H200 (fp16): this kernel wins up to ~5 MB and loses
+        // to the two-pass kernels from ~10 MB, where its wide per-thread state
+        // costs more than a second read from L2.
+        constexpr double kMaxBytes = 8.0 * (1 << 20);
+        if (double(p.n) * double(p.hw) * double(p.c) * sizeof(T) > kMaxBytes) return cudaSuccess;
         const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return cudaSuccess;
