@@ -253,6 +253,122 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     clusterWait(K);
 }
 
+// --------------------------------------------------- two groups a vector ----
+
+// NHWC where a 16-byte vector spans at most two groups (e.g. C/G = 10 or 20
+// with 8 halves a vector): a cluster holds one set (lcm(C/G, VEC) channels,
+// Vs vectors a pixel, gps groups); thread t owns vector t % Vs of pixels
+// t / Vs, t / Vs + rows, ..., so its elements belong to two fixed groups
+// (lo for e < split, hi after) and it keeps two scalar sums. No idle lanes,
+// and consecutive threads read consecutive memory.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a) {
+    constexpr int VEC = kVec16<T>;
+    constexpr int kMaxWarps = kFusedMaxThreads / 32;
+    __shared__ float red[kMaxWarps][VEC];  // per warp, per group of the set (gps <= VEC)
+    __shared__ double part[2][VEC];
+    __shared__ float stat[2][VEC];
+
+    const int tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    const int numWarps = blockDim.x >> 5;
+    const int lu = tid % a.vs, row = tid / a.vs;
+    const int gps = a.setChannels / a.cpg;
+    const int K = a.K;
+    const int rank = clusterRank(K);
+    const int64_t set = blockIdx.x / K;
+    const int64_t n = blockIdx.y;
+    const int64_t setBase = n * a.hw * a.cs + set * a.setChannels;
+    const T* x = static_cast<const T*>(a.x) + setBase + lu * VEC;
+    T* y = static_cast<T*>(a.y) + setBase + lu * VEC;
+    auto unit = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + row; };
+
+    Raw<T, VEC> data[VPT];
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (unit(i) < a.hw) data[i] = loadRaw<T, VEC>(x + unit(i) * a.cs);
+    }
+    const int c0 = lu * VEC;  // channel of element 0 within the set
+    const int gLo = c0 / a.cpg, gHi = (c0 + VEC - 1) / a.cpg;
+    const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;  // elements e < split are of gLo
+    const T* xs = static_cast<const T*>(a.x) + setBase;
+    const float kLo = toFloat<T>(xs[gLo * a.cpg]), kHi = toFloat<T>(xs[gHi * a.cpg]);  // see gnFusedNHWC
+    float shiftK[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) shiftK[e] = e < split ? kLo : kHi;
+
+    // Block sums per group (one warp shuffle tree per group), then the
+    // cluster's, in fixed order.
+    auto reduce = [&](float lo, float hi, int phase) {
+        for (int gi = 0; gi < gps; ++gi) {
+            float v = (gLo == gi ? lo : 0.f) + (gHi == gi && gHi != gLo ? hi : 0.f);
+            v = warpSum(v);
+            if (lane == 0) red[warp][gi] = v;
+        }
+        __syncthreads();
+        for (int gi = warp; gi < gps; gi += numWarps) {
+            double sum = lane < numWarps ? red[lane][gi] : 0.0;
+            sum = warpSum(sum);
+            if (lane == 0) part[phase][gi] = sum;
+        }
+        clusterSync(K);
+        clusterSumEach(&part[phase][0], gps, K, [&](int i, double total) {
+            stat[phase][i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
+        });
+        __syncthreads();
+    };
+
+    float lo = 0.f, hi = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (unit(i) < a.hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float d = data[i].getFresh(e) - shiftK[e];
+                if (e < split) lo += d; else hi += d;
+            }
+        }
+    }
+    reduce(lo, hi, 0);
+    float meanD[VEC];
+    const float mLo = stat[0][gLo], mHi = stat[0][gHi];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) meanD[e] = e < split ? mLo : mHi;
+    lo = hi = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (unit(i) < a.hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
+                if (e < split) lo = fmaf(d, d, lo); else hi = fmaf(d, d, hi);
+            }
+        }
+    }
+    reduce(lo, hi, 1);
+    clusterArrive(K);
+
+    // y = (x - k) * scale + (beta - mean_d * scale), as in gnFusedNHWC.
+    const int64_t cAbs = set * a.setChannels + c0;
+    const float rLo = stat[1][gLo], rHi = stat[1][gHi];
+    float scale[VEC], shift[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        scale[e] = (e < split ? rLo : rHi) * loadAffine<T>(a.gamma, cAbs + e, a.affineFp32, 1.f);
+        shift[e] = loadAffine<T>(a.beta, cAbs + e, a.affineFp32, 0.f) - meanD[e] * scale[e];
+    }
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (unit(i) < a.hw) {
+            float out[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK[e], scale[e], shift[e]), a.act);
+            storeVec<T, VEC>(y + unit(i) * a.cs, out);
+        }
+    }
+    clusterWait(K);
+}
+
 // ----------------------------------------------------- one group a cluster ----
 
 // NCHW, and NHWC where whole vectors belong to one group (C/G a multiple of
@@ -434,6 +550,10 @@ struct NCHWKernel {
     static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, false>); }
 };
 template <typename T, int VPT>
+struct NHWCSet2Kernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedSet2<T, VPT>); }
+};
+template <typename T, int VPT>
 struct NHWCGroupKernel {
     static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true>); }
 };
@@ -447,6 +567,14 @@ void* pickKernel(int vpt) {
         case 8: return Kernel<T, 8>::get();
         default: return Kernel<T, 16>::get();
     }
+}
+
+// Whether every 16-byte vector of a set (they start at multiples of VEC)
+// holds channels of at most two groups.
+bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
+    for (int64_t c = 0; c < cpg * vec; c += vec)
+        if ((c + vec - 1) / cpg - c / cpg > 1) return false;
+    return true;
 }
 
 int64_t gcd64(int64_t a, int64_t b) {
@@ -489,6 +617,18 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
         kernel = pickKernel<T, NHWCGroupKernel>(plan.vpt);
+    } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
+        const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
+        const int64_t vs = setChannels / VEC;
+        if (vs > 32) return cudaSuccess;
+        const int64_t sets = p.c / setChannels;
+        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, true);
+        if (!plan.ok) return cudaSuccess;
+        a.setChannels = int(setChannels);
+        a.vs = int(vs);
+        a.groupsPerN = int(sets);
+        a.units = p.hw;
+        kernel = pickKernel<T, NHWCSet2Kernel>(plan.vpt);
     } else if (p.layout == TRTGN_LAYOUT_NHWC) {
         // Measured on an H200 (fp16): this kernel wins up to ~5 MB and loses
         // to the two-pass kernels from ~10 MB, where its wide per-thread state
