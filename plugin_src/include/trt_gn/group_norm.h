@@ -85,7 +85,8 @@ typedef struct trtgn_params {
 
 /* Bytes of device workspace trtgn_group_norm() needs for these parameters
  * (0 is possible). Validates the parameters like trtgn_group_norm(); `x`, `y`
- * may be NULL here. Depends on the current CUDA device (its kind of GPU). */
+ * may be NULL here. Makes no CUDA call and does not depend on the GPU, so a
+ * size computed when an engine is built holds on any GPU that runs it. */
 TRTGN_API trtgn_status_t trtgn_workspace_size(const trtgn_params_t* params, size_t* workspace_bytes);
 
 /* Upper bound of trtgn_workspace_size() over every N' <= n, H' <= h, W' <= w
