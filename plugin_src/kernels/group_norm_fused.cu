@@ -114,6 +114,17 @@ __device__ __forceinline__ void clusterWait(int K) {
 #endif
 }
 
+// The block's sums part[i] (i < count) are complete in every block of the
+// cluster: totals over the cluster, into stat[i]: the mean of d (phase 0) or
+// 1/sqrt(var + eps) (phase 1). Every thread of the block calls this.
+__device__ __forceinline__ void clusterStats(double* part, float* stat, int count, int phase, const FusedArgs& a) {
+    clusterSync(a.K);
+    clusterSumEach(part, count, a.K, [&](int i, double total) {
+        stat[i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
+    });
+    __syncthreads();
+}
+
 // ---------------------------------------------------------------- NHWC ----
 
 // Statistics are taken of d = x - k, with k the group's first element (read
@@ -191,11 +202,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
             sum = warpSum(sum);
             if (lane == 0) part[phase][gi] = sum;
         }
-        clusterSync(K);
-        clusterSumEach(&part[phase][0], gps, K, [&](int i, double total) {
-            stat[phase][i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
-        });
-        __syncthreads();
+        clusterStats(&part[phase][0], &stat[phase][0], gps, phase, a);
     };
 
     float acc[VEC];
@@ -311,11 +318,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
             sum = warpSum(sum);
             if (lane == 0) part[phase][gi] = sum;
         }
-        clusterSync(K);
-        clusterSumEach(&part[phase][0], gps, K, [&](int i, double total) {
-            stat[phase][i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
-        });
-        __syncthreads();
+        clusterStats(&part[phase][0], &stat[phase][0], gps, phase, a);
     };
 
     float lo = 0.f, hi = 0.f;
@@ -416,11 +419,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
             s = warpSum(s);
             if (lane == 0) part[phase] = s;
         }
-        clusterSync(K);
-        clusterSumEach(&part[phase], 1, K, [&](int, double total) {
-            stat[phase] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
-        });
-        __syncthreads();
+        clusterStats(&part[phase], &stat[phase], 1, phase, a);
     };
     float acc = 0.f;
 #pragma unroll

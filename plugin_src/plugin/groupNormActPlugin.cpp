@@ -182,42 +182,35 @@ std::string kernelError(char const* what, trtgn_status_t status)
 
 // ---- field parsing -------------------------------------------------------------
 
-bool readInt(PluginField const& f, int64_t& value, std::string& error)
+// One scalar of either of two field types (the ONNX parser and hand-built
+// collections differ in width), converted to Out.
+template <typename Narrow, typename Wide, typename Out>
+bool readScalar(PluginField const& f, PluginFieldType narrow, PluginFieldType wide, char const* expected, Out& value,
+    std::string& error)
 {
-    if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kINT32)
+    if (f.data != nullptr && f.length == 1 && (f.type == narrow || f.type == wide))
     {
-        value = *static_cast<int32_t const*>(f.data);
-        return true;
-    }
-    if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kINT64)
-    {
-        value = *static_cast<int64_t const*>(f.data);
+        value = f.type == narrow ? static_cast<Out>(*static_cast<Narrow const*>(f.data))
+                                 : static_cast<Out>(*static_cast<Wide const*>(f.data));
         return true;
     }
     std::ostringstream s;
     s << "field '" << f.name << "' has type " << fieldTypeName(f.type) << " with " << f.length
-      << (f.data == nullptr ? " element(s) and no data" : " element(s)") << "; expected one kINT32 or kINT64";
+      << (f.data == nullptr ? " element(s) and no data" : " element(s)") << "; expected " << expected;
     error = s.str();
     return false;
 }
 
+bool readInt(PluginField const& f, int64_t& value, std::string& error)
+{
+    return readScalar<int32_t, int64_t>(
+        f, PluginFieldType::kINT32, PluginFieldType::kINT64, "one kINT32 or kINT64", value, error);
+}
+
 bool readFloat(PluginField const& f, double& value, std::string& error)
 {
-    if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT32)
-    {
-        value = *static_cast<float const*>(f.data);
-        return true;
-    }
-    if (f.data != nullptr && f.length == 1 && f.type == PluginFieldType::kFLOAT64)
-    {
-        value = *static_cast<double const*>(f.data);
-        return true;
-    }
-    std::ostringstream s;
-    s << "field '" << f.name << "' has type " << fieldTypeName(f.type) << " with " << f.length
-      << (f.data == nullptr ? " element(s) and no data" : " element(s)") << "; expected one kFLOAT32 or kFLOAT64";
-    error = s.str();
-    return false;
+    return readScalar<float, double>(
+        f, PluginFieldType::kFLOAT32, PluginFieldType::kFLOAT64, "one kFLOAT32 or kFLOAT64", value, error);
 }
 
 // kCHAR: the ONNX parser passes the string with its terminating NUL counted in length.
