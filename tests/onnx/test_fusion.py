@@ -261,4 +261,4 @@ def test_cli_fuse_and_validate(plain_vae, tmp_path, capsys):
     assert "PASSED" in out and "SKIP" in out
     assert main(["fuse", str(tmp_path / "nope.onnx"), str(tmp_path / "g.onnx")]) == 2
     err = capsys.readouterr().err
-    assert err.splitlines()[0] == f"error: {tmp_path / 'nope.onnx'}: no such file" and "hint:" in err
+    assert err.splitlines()[0] == f"trt-gn fuse: error: {tmp_path / 'nope.onnx'}: no such file" and "  hint:" in err

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import sys
+
+from ._errors import print_error
 
 
-def fail(message: str, hint: str | None = None) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    if hint:
-        print(f"hint: {hint}", file=sys.stderr)
+
+def fail(prog: str, message: str, hint: str | None = None) -> int:
+    """Prints the error (see _errors) and returns the usage-error exit code."""
+    print_error(prog, message, hint or "")
     return 2
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
+from ._errors import print_error
+
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -48,6 +50,6 @@ def run(args) -> int:
     try:
         main(args.shapes, args.dtypes, args.layouts, args.replays, args.out)
     except BenchError as e:
-        print(f"trt-gn bench: error: {e}", file=sys.stderr)
+        print_error("trt-gn bench", str(e))
         return 2
     return 0

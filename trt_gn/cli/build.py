@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
+
+from ._errors import print_error
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -102,9 +103,7 @@ def register(subparsers) -> None:
 
 
 def _error(message: str, hint: str = "") -> None:
-    print(f"trt-gn build: error: {message}", file=sys.stderr)
-    if hint:
-        print(f"  hint: {hint}", file=sys.stderr)
+    print_error("trt-gn build", message, hint)
 
 
 def run(args) -> int:

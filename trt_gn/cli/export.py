@@ -43,11 +43,11 @@ def run(args) -> int:
     try:
         check_output_path(args.output)
     except OutputPathError as exc:
-        return fail(str(exc), "choose an output file in an existing, writable folder")
+        return fail("trt-gn export", str(exc), "choose an output file in an existing, writable folder")
     try:
         import diffusers  # noqa: F401
     except ImportError:
-        return fail("diffusers is not installed", "pip install diffusers (it brings no torch of its own)")
+        return fail("trt-gn export", "diffusers is not installed", "pip install diffusers (it brings no torch of its own)")
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     from rich.console import Console
 
@@ -71,8 +71,8 @@ def run(args) -> int:
                 count = export.export_model(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
                                             opset=args.opset, function=not args.bare)
     except FileNotFoundError as exc:
-        return fail(str(exc), "--weights must be a local folder or file")
+        return fail("trt-gn export", str(exc), "--weights must be a local folder or file")
     except ValueError as exc:
-        return fail(str(exc), "see `trt-gn export --help`")
+        return fail("trt-gn export", str(exc), "see `trt-gn export --help`")
     print(f"wrote {args.output} ({count} {'fused nodes' if not args.no_swap else 'GroupNorms left for trt-gn fuse'})")
     return 0

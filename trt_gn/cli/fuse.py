@@ -34,11 +34,11 @@ def run(args) -> int:
         with progress_bar(not args.quiet) as progress:
             report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
     except OutputPathError as exc:
-        return fail(str(exc), "choose an output file in an existing, writable folder, different from the input")
+        return fail("trt-gn fuse", str(exc), "choose an output file in an existing, writable folder, different from the input")
     except OnnxInputError as exc:
-        return fail(str(exc), "pass an .onnx model file (with its external data files next to it)")
+        return fail("trt-gn fuse", str(exc), "pass an .onnx model file (with its external data files next to it)")
     except ValueError as exc:
-        return fail(str(exc), "see `trt-gn fuse --help`")
+        return fail("trt-gn fuse", str(exc), "see `trt-gn fuse --help`")
     summary = report.summary()
     print(summary.splitlines()[0] if args.quiet else summary)
     if report.copied_unchanged:

@@ -5,8 +5,10 @@ model repository -> report.md and report.json in the output folder."""
 from __future__ import annotations
 
 import argparse
-import sys
+
 import traceback
+
+from ._errors import print_error
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -67,9 +69,7 @@ def register(subparsers) -> None:
 
 
 def _error(message: str, hint: str = "") -> None:
-    print(f"trt-gn pipeline: error: {message}", file=sys.stderr)
-    if hint:
-        print(f"  hint: {hint}", file=sys.stderr)
+    print_error("trt-gn pipeline", message, hint)
 
 
 class _Display:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
+
 from pathlib import Path
+
+from ._errors import print_error
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT = 0, 1, 2, 3
 
@@ -77,9 +79,7 @@ def register(subparsers) -> None:
 
 
 def _error(message: str, hint: str = "") -> None:
-    print(f"trt-gn triton: error: {message}", file=sys.stderr)
-    if hint:
-        print(f"  hint: {hint}", file=sys.stderr)
+    print_error("trt-gn triton", message, hint)
 
 
 def run(args) -> int:

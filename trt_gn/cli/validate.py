@@ -48,9 +48,9 @@ def run(args) -> int:
         cases = args.dims or [{"*": 1}, {"*": 2}]
         report = validate.validate_onnxruntime(args.original, args.fused, shape_cases=cases, seed=args.seed)
     except OnnxInputError as exc:
-        return fail(str(exc), "pass two .onnx files: the original and the fused model")
+        return fail("trt-gn validate", str(exc), "pass two .onnx files: the original and the fused model")
     except Exception as exc:  # onnxruntime refusing a model is a user-facing error here
-        return fail(f"onnxruntime could not run the models: {str(exc).splitlines()[0]}",
+        return fail("trt-gn validate", f"onnxruntime could not run the models: {str(exc).splitlines()[0]}",
                     "a fused model needs its local function (do not use --bare); check --dims")
     if args.tensorrt:
         ok, text = validate.validate_tensorrt(args.fused, plugin_library=args.plugin)
