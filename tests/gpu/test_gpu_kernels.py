@@ -87,6 +87,19 @@ def test_groups_equal_channels_and_single_group():
             check(x, *affine_for(size[1], "fp32", torch.float16, DEVICE), groups, 1e-5, "silu", layout, str(size))
 
 
+# Shapes that reach the less common launch paths: pixel rows wider than one block (the two-pass
+# kernels split C into column slices), vectors spanning two groups in a set wider than a warp,
+# whole-vector groups too large for one cluster, and a batch larger than the clusters of a wave.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 4160, 32, 32), 32), ((1, 8192, 64, 64), 32), ((1, 256, 96, 96), 8),
+                                         ((24, 64, 8, 8), 32)])
+def test_wide_and_uncommon_paths(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) + groups)
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
