@@ -19,14 +19,20 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
     if (e != cudaSuccess) return e;
     e = cudaDeviceGetAttribute(&dev.ccMajor, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
+    e = cudaDeviceGetAttribute(&dev.maxSmemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (e != cudaSuccess) return e;
 
-    // The single-pass path works on 16-byte vectors only.
+    // The single-pass paths work on 16-byte vectors only. Tried in order:
+    // on-chip persistent grid (mid-size tensors on Hopper), clusters (small
+    // tensors), then two passes (everything else).
     const int vec = 16 / elementBytes(p.dtype);
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
     const bool vectorizable = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0
                                                             : aligned && p.hw % vec == 0;
     if (vectorizable) {
         bool launched = false;
+        e = tryLaunchPersistent(p, dev, workspace, workspaceBytes(p), stream, &launched);
+        if (launched || e != cudaSuccess) return e;
         e = tryLaunchFused(p, dev, stream, &launched);
         if (launched || e != cudaSuccess) return e;
     }

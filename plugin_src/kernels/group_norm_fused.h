@@ -8,7 +8,14 @@ namespace trtgn {
 struct DeviceInfo {
     int numSMs;
     int ccMajor;
+    int maxSmemOptin;  // bytes of shared memory a block may opt in to
 };
+
+// Single pass over a co-resident grid, x held in shared memory across a grid
+// barrier (group_norm_persistent.cu; Hopper). Sets *launched = false, without
+// launching anything, where the problem does not fit on chip or this path.
+cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
+                                cudaStream_t stream, bool* launched);
 
 // Single pass with the data held in registers (group_norm_fused.cu). Sets
 // *launched = false, without launching anything, where the problem does not

@@ -100,6 +100,21 @@ def test_wide_and_uncommon_paths(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
 
 
+# Tensors of 4 MB and more (NHWC; 2 MB NCHW) take the on-chip path on Hopper: a co-resident grid
+# holding x in shared memory across a grid barrier. Odd group widths, one group, a batch that does
+# not divide the SMs, a pixel row as wide as a block, and a constant input (variance exactly 0).
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 96, 160, 160), 32), ((3, 320, 48, 48), 32), ((1, 512, 64, 64), 1),
+                                         ((1, 4096, 24, 24), 32), ((2, 256, 64, 64), 256)])
+def test_on_chip_path(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) * groups)
+    x = (torch.randn(size, device=DEVICE) * 1.5 - 0.25).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
+    const = torch.full(size, -1.75, device=DEVICE, dtype=dtype)
+    check(const, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "silu", layout, "constant")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
@@ -161,7 +176,7 @@ def test_padded_channel_stride(dtype, c, groups, stride, h, w, activation):
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 64, 300, 300), (2, 1280, 8, 8)])
+@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 64, 300, 300), (2, 1280, 8, 8), (1, 512, 96, 96)])
 def test_in_place(layout, size):
     torch.manual_seed(15)
     x = torch.randn(size, device=DEVICE, dtype=torch.float16)
