@@ -17,7 +17,8 @@
 // only 20 bytes of each pixel: reading pixels whole is what makes NHWC fast).
 // Thread t always holds vector column t % (C/VEC) of the pixel, so the
 // per-channel statistics, gamma, beta and group of its VEC channels stay in
-// registers; columns are summed into groups with shared-memory atomics.
+// registers; the threads' sums are added into groups in a fixed order (no atomics:
+// every launch gives bit-identical results).
 // NCHW: a (n, group) is one contiguous run; a block's chunk is a part of one
 // such run.
 //
