@@ -6,7 +6,7 @@
 //   1. each block copies one contiguous chunk of x into its shared memory
 //      with the Tensor Memory Accelerator (cp.async.bulk, a few pieces, each
 //      with its own mbarrier so the sums start while later pieces arrive);
-//   2. sums its chunk into per-group partial sums and writes them to the
+//   2. sums its chunk into per-group partials and writes them to the
 //      workspace;
 //   3. grid barrier;
 //   4. reads the partial sums of its image (NHWC) or group (NCHW) from L2,
@@ -22,10 +22,24 @@
 // NCHW: a (n, group) is one contiguous run; a block's chunk is a part of one
 // such run.
 //
-// Statistics are of d = x - k, k the group's first element (read by every
-// block alike, before the barrier, so in-place calls stay correct): sums of d
-// stay small, so fp32 keeps full precision for |mean| >> std; the blocks'
-// partials are summed in double.
+// Streaming (tensors larger than the SMs' shared memory, e.g. the VAE
+// decoder's 512x512 activations): a block's chunk is longer than its tile.
+// The tile holds the chunk's tail, bulk-copied as above; the threads read the
+// head from global memory (8 loads in flight) and sum it while the copies
+// land. After the barrier the head is read again, in reverse, so the rows
+// read last, the likeliest to be still in L2, come first (evict-first loads
+// and stores), with tile rows interleaved (NHWC); the rest of the tile is
+// written from shared memory. Only the head is read twice, and most of it
+// from L2.
+//
+// Numerics: a thread sums d = x - k and d^2 in fp32, k the group's first
+// element (read before the barrier, so in-place calls stay correct); blocks'
+// partials are added in double, in a fixed order: every launch gives
+// bit-identical results. Streaming, where a thread sums ~150 (NHWC) to ~2500
+// (NCHW) values, it shifts by its own first value kt instead (see
+// shiftedSums), NCHW adds each 16-byte vector's own sums first, and a block's
+// partial is (mean - k, M2). The output is (x - hi) * scale + (beta - lo *
+// scale), hi + lo the mean (see finishStats).
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -46,14 +60,15 @@ struct PersistentArgs {
     void* y;
     const void* gamma;
     const void* beta;
-    float2* partials;   // workspace: (sum d, sum d^2) per block and group
+    float2* partials;   // workspace, per block and group: (mean - k, M2) streaming, else (sum d, sum d^2); d = x - k
+    double invCount;    // 1 / elements per group
     int64_t hw;         // pixels per image
     int64_t chunk;      // NHWC: pixels per block; NCHW: elements per block
     int64_t pieceLen;   // the same unit, per bulk copy
+    int64_t tileCap;    // units of a chunk the tile holds (streaming: the tail; the head is read twice)
     int c, cpg, groups;
     int blocksPer;      // NHWC: blocks per image; NCHW: blocks per (n, group)
     int tileOffset;     // bytes of shared memory before the tile
-    double invCount;    // 1 / elements per group
     float eps;
     int act;
     bool affineFp32;
@@ -83,15 +98,27 @@ __device__ __forceinline__ void fenceBarrierInit() {
 
 // Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from
 // global to shared memory; the mbarrier completes when they have landed.
-__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// evictFirst: the lines are marked first to go from L2 (streaming: the data
+// is on chip now, and L2 is better spent on what will be read again).
+__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evictFirst) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes)
                  : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smemAddr(dst)),
-        "l"(src), "r"(bytes), "r"(smemAddr(bar))
-        : "memory");
+    if (evictFirst) {
+        uint64_t policy;
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+            "%4;" ::"r"(smemAddr(dst)),
+            "l"(src), "r"(bytes), "r"(smemAddr(bar)), "l"(policy)
+            : "memory");
+    } else {
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                smemAddr(dst)),
+            "l"(src), "r"(bytes), "r"(smemAddr(bar))
+            : "memory");
+    }
 #endif
 }
 
@@ -113,14 +140,14 @@ __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
 // `unitBytes` in pieces of `pieceLen` units; the other threads go on (a
 // __syncthreads() must follow before anyone waits on a barrier).
 __device__ __forceinline__ void startLoads(unsigned char* tile, const unsigned char* src, int64_t len,
-                                           int64_t pieceLen, int64_t unitBytes, uint64_t* bars) {
+                                           int64_t pieceLen, int64_t unitBytes, uint64_t* bars, bool evictFirst) {
     if (threadIdx.x == 0) {
         for (int p = 0; p < kMaxPieces; ++p) mbarInit(&bars[p], 1);
         fenceBarrierInit();
         for (int p = 0; p * pieceLen < len; ++p) {
             const int64_t first = p * pieceLen;
             const int64_t units = min(pieceLen, len - first);
-            bulkLoad(tile + first * unitBytes, src + first * unitBytes, uint32_t(units * unitBytes), &bars[p]);
+            bulkLoad(tile + first * unitBytes, src + first * unitBytes, uint32_t(units * unitBytes), &bars[p], evictFirst);
         }
     }
 }
@@ -160,6 +187,16 @@ __device__ __forceinline__ float affineBitsToFloat(uint32_t bits, bool fp32) {
     return fp32 ? __uint_as_float(bits) : bitsToFloat<T>(bits);
 }
 
+// Streaming: a thread sums x - kt in fp32, kt the first value it read: kt is
+// one of its values, so those sums are well conditioned however far the
+// group's mean is from k, the group's first element; they are moved to the
+// shift k in double (exact algebra):
+//   sum(x - k) = s1 + n*off,  sum((x - k)^2) = s2 + 2*off*s1 + n*off^2,
+// with off = kt - k; the block turns its sums into (mean - k, M2).
+__device__ __forceinline__ double2 shiftedSums(float s1, float s2, double n, double off) {
+    return make_double2(double(s1) + n * off, double(s2) + off * (2.0 * double(s1) + n * off));
+}
+
 // Sums (a, b) over the block in a fixed order; every thread gets the totals.
 __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratch) {
     a = warpSum(a);
@@ -176,20 +213,29 @@ __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratc
     return total;
 }
 
-// (mean of d, 1/std) from the sums of d and d^2 over the whole group.
-__device__ __forceinline__ float2 finishStats(double s1, double s2, double invCount, float eps) {
+// The group's statistics from S1 = sum(x - k) and S2 = sum((x - k)^2) over
+// its N values, in double: the mean split into hi + lo (hi the nearest fp32,
+// lo the rest) and 1/sqrt(var + eps). y is then (x - hi) * scale + (beta - lo *
+// scale): x - hi is exact or nearly so for x near the mean, so an output near
+// zero keeps an error of a few fp32 ulps of beta, whatever k was (an outlier
+// k in a (x - k) * scale + shift form costs ulps of |x - k| * scale instead).
+__device__ __forceinline__ float4 finishStats(double s1, double s2, double invCount, float k, float eps) {
     const double m = s1 * invCount;
     double var = s2 * invCount - m * m;
     if (var < 0.0) var = 0.0;  // rounding; NaN stays NaN
-    return make_float2(float(m), rsqrtf(float(var) + eps));
+    const double mean = double(k) + m;
+    const float hi = float(mean);
+    return make_float4(hi, float(mean - double(hi)), rsqrtf(float(var + double(eps))), 0.f);
 }
 
 #endif  // Hopper
 
 // ---------------------------------------------------------------- NHWC ----
 
-// Shared memory: mbarriers; the per-thread channel sums [rows per pass][C]
-// (x2), later the per-part group sums [parts][G]; (mean of d, 1/std) per group; then the tile (128-byte aligned).
+// Shared memory: mbarriers; the threads' per-channel sums of d and d^2
+// (streaming: mean - k and M2) [rows per pass][C] (x2), later the per-part
+// group sums [parts][G]; per group k, then (hi, lo, rstd); then the tile
+// (128-byte aligned).
 struct NhwcLayout {
     int sums, groupStats, tile;
 };
@@ -199,18 +245,46 @@ __host__ __device__ inline NhwcLayout nhwcLayout(int c, int vec, int groups) {
     l.sums = 128;
     const int parts = groups >= kThreads ? 1 : kThreads / groups;
     l.groupStats = l.sums + int(std::max<int64_t>(int64_t(2) * rowsPerPass * c * 4, int64_t(16) * parts * groups));
-    l.tile = int((l.groupStats + 8 * int64_t(groups) + 127) / 128 * 128);
+    l.tile = int((l.groupStats + 16 * int64_t(groups) + 127) / 128 * 128);
     return l;
 }
 
-template <typename T>
+// Loads in flight per thread where the head streams from global memory.
+[[maybe_unused]] constexpr int kStreamUnroll = 8;
+
+// use(load(q), q) for q = 0 .. items-1, kStreamUnroll loads in flight; while
+// each batch is in flight, between() does other work (the shared-memory tile).
+// (Issuing the next batch's loads before using the current one, at twice
+// the registers, measured no faster.)
+template <typename Load, typename Use, typename Between>
+__device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, Between between) {
+    constexpr int U = kStreamUnroll;
+    int64_t q = 0;
+    for (; q + U <= items; q += U) {
+        uint4 d[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) d[u] = load(q + u);
+        between();
+#pragma unroll
+        for (int u = 0; u < U; ++u) use(d[u], q + u);
+    }
+    for (; q < items; ++q) use(load(q), q);
+}
+// Tile rows to interleave with each batch of head loads (NHWC), so that the
+// tile's share is spread over the whole head instead of following it: about
+// 1% faster on the VAE shapes; NCHW measured no faster.
+[[maybe_unused]] __host__ __device__ constexpr int64_t perBatch(int64_t headItems, int64_t tileItems) {
+    return headItems >= kStreamUnroll ? ceilDiv(tileItems, headItems / kStreamUnroll) : 0;
+}
+
+template <typename T, bool kStream>
 __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
     const NhwcLayout L = nhwcLayout(a.c, VEC, a.groups);
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem);
-    float2* gstat = reinterpret_cast<float2*>(smem + L.groupStats);
+    float4* gstat = reinterpret_cast<float4*>(smem + L.groupStats);  // per group: k, later (hi, lo, rstd)
     unsigned char* tile = smem + L.tile;
 
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -218,6 +292,10 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a
     const int jb = blockIdx.x - n * a.blocksPer;
     const int64_t pix0 = int64_t(jb) * a.chunk;
     const int64_t pixels = a.hw - pix0 < a.chunk ? (a.hw - pix0 > 0 ? a.hw - pix0 : 0) : a.chunk;
+    // Streaming: pixels [0, head) of the chunk are read from global memory,
+    // [head, pixels) land in the tile.
+    const int64_t head = kStream && pixels > a.tileCap ? pixels - a.tileCap : 0;
+    const int64_t kept = pixels - head;
     const int V = a.c / VEC;  // vectors per pixel
     const int rowsPerPass = kThreads / V;
     const bool active = t < rowsPerPass * V;
@@ -246,47 +324,124 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a
         s1[j] = 0.f;
         s2[j] = 0.f;
     }
-    startLoads(tile, reinterpret_cast<const unsigned char*>(x + imageBase + pix0 * a.c), pixels, a.pieceLen,
-                   int64_t(a.c) * sizeof(T), bars);
+    // Streaming: this thread's shift kt is the first pixel it sums (head or
+    // tile); its sums run over up to ~150 rows. Else (at most ~25 rows) it is
+    // the group's k, and the sums need no conversion.
+    const int64_t rowsHead = kStream && row < head ? (head - 1 - row) / rowsPerPass + 1 : 0;
+    const int64_t rowsKept = row < kept ? (kept - 1 - row) / rowsPerPass + 1 : 0;
+    uint4 firstRaw = make_uint4(0, 0, 0, 0);
+    if (active && rowsHead > 0) firstRaw = *reinterpret_cast<const uint4*>(x + imageBase + (pix0 + row) * a.c + c0);
+    // k of group t, for the statistics after the barrier (x may be y by then).
+    const uint32_t kGroupBits = t < a.groups ? loadBits(x + imageBase + int64_t(t) * a.cpg) : 0u;
+    startLoads(tile, reinterpret_cast<const unsigned char*>(x + imageBase + (pix0 + head) * a.c), kept, a.pieceLen,
+                   int64_t(a.c) * sizeof(T), bars, kStream);
     __syncthreads();  // the mbarriers are initialised
     const uint4* tv = reinterpret_cast<const uint4*>(tile);
+    // This thread's vector of chunk pixel r is xv[r * V] (the head's source).
+    const uint4* xv = reinterpret_cast<const uint4*>(x + imageBase + pix0 * a.c + c0);
     PieceWaiter wait{bars, a.pieceLen};
-    float k[VEC];
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) k[j] = bitsToFloat<T>(kBits[j]);
-    if (active) {
-        for (int64_t r = row; r < pixels; r += rowsPerPass) {
-            wait.until(r);
-            Raw<T, VEC> v;
-            v.s = tv[r * V + col];
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const float d = v.get(j) - k[j];
-                s1[j] += d;
-                s2[j] = fmaf(d, d, s2[j]);
-            }
-        }
+    if (kStream && active && rowsHead == 0 && rowsKept > 0) {  // the first tile row: it is needed first anyway
+        wait.until(row);
+        firstRaw = tv[row * V + col];
+    }
+    float k[VEC], kt[VEC];
+    {
+        Raw<T, VEC> f;
+        f.s = firstRaw;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            chan1[row * a.c + c0 + j] = s1[j];
-            chan2[row * a.c + c0 + j] = s2[j];
+            k[j] = bitsToFloat<T>(kBits[j]);
+            kt[j] = kStream ? f.get(j) : k[j];
         }
     }
+    auto accumulate = [&](const uint4& raw) {
+        Raw<T, VEC> v;
+        v.s = raw;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float d = v.get(j) - kt[j];
+            s1[j] += d;
+            s2[j] = fmaf(d, d, s2[j]);
+        }
+    };
+    if (active) {
+        int64_t r = row;  // the next tile row
+        if constexpr (kStream) {
+            const int64_t n = perBatch(rowsHead, rowsKept);
+            streamItems(rowsHead, [&](int64_t q) { return xv[(row + q * rowsPerPass) * V]; },
+                        [&](const uint4& d, int64_t) { accumulate(d); },
+                        [&] {
+                            for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) {
+                                wait.until(r);
+                                accumulate(tv[r * V + col]);
+                            }
+                        });
+        }
+        for (; r < kept; r += rowsPerPass) {
+            wait.until(r);
+            accumulate(tv[r * V + col]);
+        }
+        if constexpr (kStream) {
+            // Per channel: the mean relative to the group's k and M2 (small
+            // numbers, which fp32 holds).
+            const int64_t rows = rowsHead + rowsKept;
+            const float invRows = rows > 0 ? 1.f / float(rows) : 0.f;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const float m = s1[j] * invRows;
+                chan1[row * a.c + c0 + j] = (kt[j] - k[j]) + m;
+                chan2[row * a.c + c0 + j] = fmaf(-s1[j], m, s2[j]);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                chan1[row * a.c + c0 + j] = s1[j];
+                chan2[row * a.c + c0 + j] = s2[j];
+            }
+        }
+    }
+    for (int g = t; g < a.groups; g += kThreads)
+        gstat[g].w = g == t ? bitsToFloat<T>(kGroupBits) : toFloat<T>(x[imageBase + int64_t(g) * a.cpg]);
     __syncthreads();
-    // The block's sums per group, a warp per group, in a fixed order (every
-    // launch gives bit-identical results): rows x channels of the group.
+    // The block's partial per group, a warp per group, in a fixed order
+    // (every launch gives bit-identical results): rows x channels of the
+    // group. Streaming: (mean - k, M2); else (sum d, sum d^2).
+    // Rows summed by the threads of row r: head rows, then tile rows, r mod rowsPerPass.
+    const int hq = int(head / rowsPerPass), hr = int(head % rowsPerPass);
+    const int kq = int(kept / rowsPerPass), kr = int(kept % rowsPerPass);
     float2* part = a.partials + int64_t(blockIdx.x) * a.groups;
     const int items = rowsPerPass * a.cpg;
+    const float invBlock = pixels > 0 ? 1.f / (float(pixels) * a.cpg) : 0.f;
     for (int g = warp; g < a.groups; g += kThreads / 32) {
-        float u1 = 0.f, u2 = 0.f;
+        if constexpr (!kStream) {
+            float u1 = 0.f, u2 = 0.f;
+            for (int i = lane; i < items; i += 32) {
+                const int r = i / a.cpg, c = g * a.cpg + (i - r * a.cpg);
+                u1 += chan1[r * a.c + c];
+                u2 += chan2[r * a.c + c];
+            }
+            u1 = warpSum(u1);
+            u2 = warpSum(u2);
+            if (lane == 0) part[g] = make_float2(u1, u2);
+            continue;
+        }
+        // The block's mean relative to k, then its M2: the threads' M2 plus
+        // the spread of their means about the block's (no large terms cancel).
+        float u1 = 0.f, m2 = 0.f;
         for (int i = lane; i < items; i += 32) {
             const int r = i / a.cpg, c = g * a.cpg + (i - r * a.cpg);
-            u1 += chan1[r * a.c + c];
-            u2 += chan2[r * a.c + c];
+            u1 += float(hq + (r < hr) + kq + (r < kr)) * chan1[r * a.c + c];
+            m2 += chan2[r * a.c + c];
         }
-        u1 = warpSum(u1);
-        u2 = warpSum(u2);
-        if (lane == 0) part[g] = make_float2(u1, u2);
+        const float mb = warpSum(u1) * invBlock;
+        float spread = 0.f;
+        for (int i = lane; i < items; i += 32) {
+            const int r = i / a.cpg, c = g * a.cpg + (i - r * a.cpg);
+            const float d = chan1[r * a.c + c] - mb;
+            spread += float(hq + (r < hr) + kq + (r < kr)) * d * d;
+        }
+        m2 = warpSum(m2) + warpSum(spread);
+        if (lane == 0) part[g] = make_float2(mb, m2);
     }
 
     cg::this_grid().sync();
@@ -297,14 +452,21 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a
     const int parts = a.groups >= kThreads ? 1 : kThreads / a.groups;
     double2* red = reinterpret_cast<double2*>(smem + L.sums);  // [parts][G]; the channel sums are dead
     const float2* imageParts = a.partials + int64_t(n) * a.blocksPer * a.groups;
+    const double chunkCount = double(a.chunk) * a.cpg, lastCount = double(a.hw - (a.blocksPer - 1) * a.chunk) * a.cpg;
     for (int item = t; item < a.groups * parts; item += kThreads) {
         const int g = item % a.groups, p = item / a.groups;
         double u1 = 0.0, u2 = 0.0;
 #pragma unroll 4
         for (int b = p; b < a.blocksPer; b += parts) {
             const float2 v = __ldcg(&imageParts[int64_t(b) * a.groups + g]);
-            u1 += v.x;
-            u2 += v.y;
+            if constexpr (kStream) {  // (mean - k, M2) -> sums
+                const double cnt = b == a.blocksPer - 1 ? lastCount : chunkCount, m = v.x;
+                u1 += cnt * m;
+                u2 += v.y + cnt * m * m;
+            } else {
+                u1 += v.x;
+                u2 += v.y;
+            }
         }
         red[item] = make_double2(u1, u2);
     }
@@ -315,30 +477,45 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a
             u1 += red[p * a.groups + g].x;
             u2 += red[p * a.groups + g].y;
         }
-        gstat[g] = finishStats(u1, u2, a.invCount, a.eps);
+        gstat[g] = finishStats(u1, u2, a.invCount, gstat[g].w, a.eps);
     }
     __syncthreads();
 
     if (active) {
         // y = act((x - k) * scale + (beta - mean_d * scale)), scale = rstd * gamma.
-        float scale[VEC], shift[VEC];
+        float mean[VEC], scale[VEC], shift[VEC];
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float2 st = gstat[grp[j]];
+            const float4 st = gstat[grp[j]];
             const float gm = a.gamma ? affineBitsToFloat<T>(gBits[j], a.affineFp32) : 1.f;
             const float bt = a.beta ? affineBitsToFloat<T>(bBits[j], a.affineFp32) : 0.f;
-            scale[j] = st.y * gm;
-            shift[j] = bt - st.x * scale[j];
+            mean[j] = st.x;
+            scale[j] = st.z * gm;
+            shift[j] = bt - st.y * scale[j];
         }
-        T* y = static_cast<T*>(a.y) + imageBase + pix0 * a.c;
-        for (int64_t r = row; r < pixels; r += rowsPerPass) {
+        constexpr Cache kStore = kStream ? Cache::kStreaming : Cache::kDefault;
+        T* y = static_cast<T*>(a.y) + imageBase + pix0 * a.c + c0;
+        int64_t r = row;  // the next tile row
+        auto emit = [&](const uint4& raw, int64_t r) {
             Raw<T, VEC> v;
-            v.s = tv[r * V + col];
+            v.s = raw;
             float o[VEC];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - k[j], scale[j], shift[j]), a.act);
-            storeVec<T, VEC>(y + r * a.c + c0, o);
+            for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - mean[j], scale[j], shift[j]), a.act);
+            storeVec<T, VEC, kStore>(y + r * a.c, o);
+        };
+        if constexpr (kStream) {
+            // The head again, last rows first (the likeliest still in L2).
+            const int64_t items = row < head ? (head - 1 - row) / rowsPerPass + 1 : 0;
+            const int64_t last = row + (items - 1) * rowsPerPass;
+            const int64_t n = perBatch(items, rowsKept);
+            streamItems(items, [&](int64_t q) { return __ldcs(&xv[(last - q * rowsPerPass) * V]); },
+                        [&](const uint4& d, int64_t q) { emit(d, last - q * rowsPerPass); },
+                        [&] {
+                            for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], head + r);
+                        });
         }
+        for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], head + r);
     }
 #endif
 }
@@ -350,7 +527,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNHWC(PersistentArgs a
 constexpr int kNchwTable = 256;  // channels of gamma/beta kept in shared memory
 constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
 
-template <typename T>
+template <typename T, bool kStream>
 __global__ void __launch_bounds__(kThreads, 1) gnPersistentNCHW(PersistentArgs a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
@@ -367,7 +544,11 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNCHW(PersistentArgs a
     const int64_t segLen = int64_t(a.cpg) * a.hw;
     const int64_t e0 = int64_t(jb) * a.chunk;  // first element of this block in the group
     const int64_t len = segLen - e0 < a.chunk ? (segLen - e0 > 0 ? segLen - e0 : 0) : a.chunk;
+    // Streaming: vectors [0, head) of the chunk are read from global memory,
+    // [head, vecs) land in the tile.
     const int64_t vecs = len / VEC;
+    const int64_t head = kStream && vecs > a.tileCap / VEC ? vecs - a.tileCap / VEC : 0;
+    const int64_t kept = vecs - head;
     const T* xs = static_cast<const T*>(a.x) + int64_t(seg) * segLen;
 
     // gamma/beta of the channels this block touches, while the tile loads.
@@ -378,25 +559,57 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNCHW(PersistentArgs a
         affine[t] = make_float2(loadAffine<T>(a.gamma, ch0 + t, a.affineFp32, 1.f),
                                 loadAffine<T>(a.beta, ch0 + t, a.affineFp32, 0.f));
     const float k = toFloat<T>(xs[0]);
-    startLoads(tile, reinterpret_cast<const unsigned char*>(xs + e0), vecs, a.pieceLen / VEC, 16, bars);
+    // This thread's shift kt: the first vector it sums (head or tile).
+    const int64_t vecsHead = kStream && t < head ? (head - 1 - t) / kThreads + 1 : 0;
+    const int64_t vecsKept = t < kept ? (kept - 1 - t) / kThreads + 1 : 0;
+    // Streaming: this thread's shift kt is the first value it sums (its sums
+    // run over up to ~2500 values); else it is k (at most ~250 values).
+    const float kt = !kStream ? k : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC]) : 0.f;
+    startLoads(tile, reinterpret_cast<const unsigned char*>(xs + e0 + head * VEC), kept, a.pieceLen / VEC, 16, bars,
+               kStream);
     __syncthreads();  // the mbarriers are initialised
 
     const uint4* tv = reinterpret_cast<const uint4*>(tile);
+    const uint4* xv = reinterpret_cast<const uint4*>(xs + e0);  // vector i of the chunk (the head's source)
     PieceWaiter wait{bars, a.pieceLen / VEC};
     float s1 = 0.f, s2 = 0.f;
-    for (int64_t i = t; i < vecs; i += kThreads) {
-        wait.until(i);
+    auto accumulate = [&](const uint4& raw) {
         Raw<T, VEC> v;
-        v.s = tv[i];
+        v.s = raw;
+        // A vector's own sums first: a thread's running sums then take one
+        // addition per vector, not per element (fp32 rounding of ~1000
+        // additions to a growing sum biased var by ~3e-6 in a simulation).
+        float l1 = 0.f, l2 = 0.f;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float d = v.get(j) - k;
-            s1 += d;
-            s2 = fmaf(d, d, s2);
+            const float d = v.get(j) - kt;
+            l1 += d;
+            l2 = fmaf(d, d, l2);
         }
+        s1 += l1;
+        s2 += l2;
+    };
+    if constexpr (kStream) {
+        streamItems(vecsHead, [&](int64_t q) { return xv[t + q * kThreads]; },
+                    [&](const uint4& d, int64_t) { accumulate(d); }, [] {});
     }
-    const double2 b = blockSum2(s1, s2, scratch);
-    if (t == 0) a.partials[blockIdx.x] = make_float2(float(b.x), float(b.y));
+    for (int64_t i = t; i < kept; i += kThreads) {
+        wait.until(i);
+        accumulate(tv[i]);
+    }
+    // The block's partial. Streaming: (mean - k, M2), small numbers, which
+    // fp32 holds; else (sum d, sum d^2).
+    if constexpr (kStream) {
+        const double2 sums = shiftedSums(s1, s2, double((vecsHead + vecsKept) * VEC), double(kt) - double(k));
+        const double2 b = blockSum2(sums.x, sums.y, scratch);
+        if (t == 0) {
+            const double m = len > 0 ? b.x / double(len) : 0.0;
+            a.partials[blockIdx.x] = make_float2(float(m), float(b.y - b.x * m));
+        }
+    } else {
+        const double2 b = blockSum2(s1, s2, scratch);
+        if (t == 0) a.partials[blockIdx.x] = make_float2(float(b.x), float(b.y));
+    }
 
     cg::this_grid().sync();
 
@@ -405,37 +618,69 @@ __global__ void __launch_bounds__(kThreads, 1) gnPersistentNCHW(PersistentArgs a
         double u1 = 0.0, u2 = 0.0;
         for (int j = t; j < a.blocksPer; j += 32) {
             const float2 v = __ldcg(&a.partials[int64_t(seg) * a.blocksPer + j]);
-            u1 += v.x;
-            u2 += v.y;
+            if constexpr (kStream) {  // (mean - k, M2) -> sums
+                const double cnt = double(j == a.blocksPer - 1 ? segLen - j * a.chunk : a.chunk), m = v.x;
+                u1 += cnt * m;
+                u2 += v.y + cnt * m * m;
+            } else {
+                u1 += v.x;
+                u2 += v.y;
+            }
         }
         u1 = warpSum(u1);
         u2 = warpSum(u2);
         if (t == 0) scratch[0] = make_double2(u1, u2);
     }
     __syncthreads();
-    const float2 st = finishStats(scratch[0].x, scratch[0].y, a.invCount, a.eps);
+    const float4 st = finishStats(scratch[0].x, scratch[0].y, a.invCount, k, a.eps);
 
+    // Vector i of the chunk lies in one channel (H*W is a multiple of VEC):
+    // its scale and shift. Offsets within a group fit 32 bits but in giant
+    // tensors, and a 32-bit division is much cheaper.
+    const int64_t chBase = e0 / a.hw;
+    const bool narrow = segLen <= int64_t(UINT32_MAX);
+    auto channelOf = [&](int64_t i) {  // relative to ch0
+        const int64_t off = e0 + i * VEC;
+        return (narrow ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw) - chBase;
+    };
+    auto scaleShift = [&](int64_t ch) {
+        const float2 gb = tabled ? affine[ch]
+                                 : make_float2(loadAffine<T>(a.gamma, ch0 + ch, a.affineFp32, 1.f),
+                                               loadAffine<T>(a.beta, ch0 + ch, a.affineFp32, 0.f));
+        const float sc = st.z * gb.x;
+        return make_float2(sc, gb.y - st.y * sc);
+    };
+    constexpr Cache kStore = kStream ? Cache::kStreaming : Cache::kDefault;
     T* ys = static_cast<T*>(a.y) + int64_t(seg) * segLen + e0;
-    int64_t cached = -1;
-    float scale = 0.f, shift = 0.f;
-    for (int64_t i = t; i < vecs; i += kThreads) {
-        // A vector lies in one channel (H*W is a multiple of VEC).
-        const int64_t ch = (e0 + i * VEC) / a.hw - e0 / a.hw;  // relative to ch0
-        if (ch != cached) {
-            cached = ch;
-            const float2 gb = tabled ? affine[ch]
-                                     : make_float2(loadAffine<T>(a.gamma, ch0 + ch, a.affineFp32, 1.f),
-                                                   loadAffine<T>(a.beta, ch0 + ch, a.affineFp32, 0.f));
-            scale = st.y * gb.x;
-            shift = gb.y - st.x * scale;
-        }
+    auto emit = [&](const uint4& raw, int64_t i, float2 ss) {
         Raw<T, VEC> v;
-        v.s = tv[i];
+        v.s = raw;
         float o[VEC];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - k, scale, shift), a.act);
-        storeVec<T, VEC>(ys + i * VEC, o);
+        for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - st.x, ss.x, ss.y), a.act);
+        storeVec<T, VEC, kStore>(ys + i * VEC, o);
+    };
+    int64_t cached = -1;  // consecutive vectors of a thread mostly share a channel
+    float2 ss = make_float2(0.f, 0.f);
+    auto emitTile = [&](int64_t i) {
+        const int64_t ch = channelOf(head + i);
+        if (ch != cached) {
+            cached = ch;
+            ss = scaleShift(ch);
+        }
+        emit(tv[i], head + i, ss);
+    };
+    if constexpr (kStream) {
+        // The head again, last vectors first (the likeliest still in L2).
+        const int64_t items = t < head ? (head - 1 - t) / kThreads + 1 : 0;
+        const int64_t last = t + (items - 1) * kThreads;
+        auto use = [&](const uint4& d, int64_t q) {
+                        const int64_t i = last - q * kThreads;
+                        emit(d, i, scaleShift(channelOf(i)));
+                    };
+        streamItems(items, [&](int64_t q) { return __ldcs(&xv[last - q * kThreads]); }, use, [] {});
     }
+    for (int64_t i = t; i < kept; i += kThreads) emitTile(i);
 #endif
 }
 
@@ -454,11 +699,11 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     a.gamma = p.gamma;
     a.beta = p.beta;
     a.partials = static_cast<float2*>(workspace);
+    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
     a.hw = p.hw;
     a.c = int(p.c);
     a.cpg = int(p.cpg);
     a.groups = int(p.groups);
-    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
     a.eps = p.eps;
     a.act = int(p.act);
     a.affineFp32 = p.affineFp32;
@@ -471,44 +716,57 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
     if (bytes < (p.layout == TRTGN_LAYOUT_NHWC ? kMinBytesNHWC : kMinBytesNCHW)) return cudaSuccess;
 
-    int64_t blocks = 0;
-    int64_t tileBytes = 0;
-    void* kernel = nullptr;
-    if (p.layout == TRTGN_LAYOUT_NHWC) {
+    // Above this size the second read of the head comes mostly from DRAM, as
+    // in the two-pass kernels, and nothing was measured there.
+    constexpr double kMaxStreamBytes = 160.0 * (1 << 20);
+    const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+    int64_t blocks = 0, chunk = 0, unitBytes = 0, unitQuantum = 1;
+    if (nhwc) {
         // Whole pixels, packed (no padding channels: a bulk copy would read
         // them), a vector column per thread.
         if (p.cs != p.c || p.c % VEC != 0 || p.c / VEC > kThreads || p.n > dev.numSMs) return cudaSuccess;
         const int64_t perImage = std::max<int64_t>(1, dev.numSMs / p.n);
-        const int64_t chunk = ceilDiv(p.hw, perImage);
+        chunk = ceilDiv(p.hw, perImage);
         a.blocksPer = int(ceilDiv(p.hw, chunk));
-        a.chunk = chunk;
-        a.pieceLen = ceilDiv(chunk, kMaxPieces);
         a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
-        tileBytes = chunk * p.c * int64_t(sizeof(T));
+        unitBytes = p.c * int64_t(sizeof(T));
         blocks = p.n * a.blocksPer;
         if (size_t(blocks) * size_t(p.groups) * sizeof(float2) > workspaceBytes) return cudaSuccess;
-        kernel = reinterpret_cast<void*>(&gnPersistentNHWC<T>);
     } else {
         const int64_t segs = p.n * p.groups;
         const int64_t segLen = p.cpg * p.hw;
         if (p.hw % VEC != 0 || segs > dev.numSMs) return cudaSuccess;
         const int64_t perSeg = std::max<int64_t>(1, dev.numSMs / segs);
-        const int64_t chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
+        chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
         a.blocksPer = int(ceilDiv(segLen, chunk));
-        a.chunk = chunk;
-        a.pieceLen = ceilDiv(ceilDiv(chunk, kMaxPieces), VEC) * VEC;
         a.tileOffset = kNchwHeaderBytes;
-        tileBytes = chunk * int64_t(sizeof(T));
+        unitBytes = sizeof(T);
+        unitQuantum = VEC;  // the tile and its pieces hold whole vectors
         blocks = segs * a.blocksPer;
         if (size_t(blocks) * sizeof(float2) > workspaceBytes) return cudaSuccess;
-        kernel = reinterpret_cast<void*>(&gnPersistentNCHW<T>);
     }
+    a.chunk = chunk;
+
+    // The tile holds the whole chunk if it fits; else its tail (streaming).
     // The grid barrier takes some static shared memory of its own.
+    void* kernel = nhwc ? reinterpret_cast<void*>(&gnPersistentNHWC<T, false>)
+                        : reinterpret_cast<void*>(&gnPersistentNCHW<T, false>);
     cudaFuncAttributes fa{};
     cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
     if (e != cudaSuccess) return e;
-    const int64_t smemBytes = a.tileOffset + tileBytes;
-    if (smemBytes + int64_t(fa.sharedSizeBytes) > dev.maxSmemOptin) return cudaSuccess;
+    const bool streaming = a.tileOffset + chunk * unitBytes + int64_t(fa.sharedSizeBytes) > dev.maxSmemOptin;
+    if (streaming) {
+        if (bytes > kMaxStreamBytes) return cudaSuccess;
+        kernel = nhwc ? reinterpret_cast<void*>(&gnPersistentNHWC<T, true>)
+                      : reinterpret_cast<void*>(&gnPersistentNCHW<T, true>);
+        e = cudaFuncGetAttributes(&fa, kernel);
+        if (e != cudaSuccess) return e;
+    }
+    const int64_t room = int64_t(dev.maxSmemOptin) - int64_t(fa.sharedSizeBytes) - a.tileOffset;
+    a.tileCap = std::min<int64_t>(chunk, room / (unitBytes * unitQuantum) * unitQuantum);
+    if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return cudaSuccess;
+    a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
+    const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
 
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smemBytes));
     if (e != cudaSuccess) return e;

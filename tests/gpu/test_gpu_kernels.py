@@ -115,6 +115,23 @@ def test_on_chip_path(dtype, layout, size, groups):
     check(const, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "silu", layout, "constant")
 
 
+# Tensors larger than the SMs' shared memory (about 29 MB) and up to 160 MB stream through the
+# same grid on Hopper: each block keeps the tail of its chunk in shared memory and reads the head
+# twice. One image or several (a batch that does not divide the SMs), odd group widths, one group,
+# and NaN/Inf in the first pixel (a streamed head) and the last (a kept tail).
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 128, 400, 400), 32), ((2, 96, 300, 300), 32), ((1, 64, 640, 480), 1),
+                                         ((3, 40, 512, 400), 8)])
+def test_streaming_path(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) * groups + 1)
+    x = (torch.randn(size, device=DEVICE) * 1.5 + 0.75).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-6, "silu", layout, f"{size} G={groups}")
+    x[0, 0, 0, 0] = float("nan")
+    x[-1, -1, -1, -1] = float("inf")
+    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-6, "none", layout, f"{size} NaN/Inf")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
@@ -176,7 +193,8 @@ def test_padded_channel_stride(dtype, c, groups, stride, h, w, activation):
 
 
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
-@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 64, 300, 300), (2, 1280, 8, 8), (1, 512, 96, 96)])
+@pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 64, 300, 300), (2, 1280, 8, 8), (1, 512, 96, 96),
+                                  (1, 128, 400, 400)])
 def test_in_place(layout, size):
     torch.manual_seed(15)
     x = torch.randn(size, device=DEVICE, dtype=torch.float16)
