@@ -565,12 +565,14 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         affine[t] = make_float2(loadAffine<T>(a.gamma, ch0 + t, a.affineFp32, 1.f),
                                 loadAffine<T>(a.beta, ch0 + t, a.affineFp32, 0.f));
     const float k = toFloat<T>(xs[0]);
-    // This thread's shift kt: the first vector it sums (head or tile).
+    // Vectors this thread sums from the head and from the tile. Streaming, its
+    // shift kt is the first value it sums (its sums run over up to ~2500
+    // values); else it is k (at most ~250 values).
     const int64_t vecsHead = kStream && t < head ? (head - 1 - t) / NT + 1 : 0;
     const int64_t vecsKept = t < kept ? (kept - 1 - t) / NT + 1 : 0;
-    // Streaming: this thread's shift kt is the first value it sums (its sums
-    // run over up to ~2500 values); else it is k (at most ~250 values).
-    const float kt = !kStream ? k : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC]) : 0.f;
+    const float kt = !kStream                  ? k
+                     : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC])
+                                               : 0.f;
     startLoads(tile, reinterpret_cast<const unsigned char*>(xs + e0 + head * VEC), kept, a.pieceLen / VEC, 16, bars,
                kStream);
     __syncthreads();  // the mbarriers are initialised
@@ -681,9 +683,9 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         const int64_t items = t < head ? (head - 1 - t) / NT + 1 : 0;
         const int64_t last = t + (items - 1) * NT;
         auto use = [&](const uint4& d, int64_t q) {
-                        const int64_t i = last - q * NT;
-                        emit(d, i, scaleShift(channelOf(i)));
-                    };
+            const int64_t i = last - q * NT;
+            emit(d, i, scaleShift(channelOf(i)));
+        };
         streamItems(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
     }
     for (int64_t i = t; i < kept; i += NT) emitTile(i);
