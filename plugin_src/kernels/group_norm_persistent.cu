@@ -499,10 +499,10 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
 // The tensor fits the SMs' shared memory (no streaming). Every phase here is
 // latency, not bandwidth: 1 block of 16 warps an SM, ~40-200 KB each. Two
 // costs were measured (H200, globaltimer stamps per phase) and shaped it:
-// - code is fetched afresh each launch, and straight-line code runs at about
-//   one instruction per 6 cycles until cached (8192 unrolled FMAs: 24 us in 4
-//   warps an SM, 6 us as a loop), so the launch plan (divisions, layout) is
-//   made on the host and the bulk copy is issued first;
+// - uncached straight-line code runs at about one instruction per 6 cycles
+//   (8192 unrolled FMAs: 24 us in 4 warps an SM, 6 us as a loop), and the
+//   stamps fit code fetched anew each launch, so the launch plan (divisions,
+//   layout) is made on the host and the bulk copy is issued first;
 // - each dependent round trip (global load, shared-memory loop with a
 //   division, __syncthreads) costs 0.5-1 us, so each phase issues its loads
 //   together and reduces with shuffles: threads of a group are adjacent lanes.
@@ -640,8 +640,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 
     // The image's totals, the same way, in double: thread p of a group adds
     // blocks p, p + tpg, ... (adjacent lanes read adjacent partials; read
-    // [block][g], 16 times as many L2 sectors, it took 2.5-8 us instead of
-    // ~1); its group's statistics go to gstat.
+    // [block][g], 16 times as many L2 sectors, it took 2.8-7.9 us instead of
+    // 1.4-2.6); its group's statistics go to gstat.
     const float2* imageParts = a.partials + int64_t(n) * a.groups * a.blocksPer;
 #pragma unroll 1
     for (int base = 0; base < a.groups; base += perPass) {
