@@ -530,6 +530,19 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
     return q;
 }
 
+// Adds (u1, u2) over the tpg adjacent lanes of a group (tpg a power of two
+// <= 32), in a fixed xor order; every lane of the warp must call it.
+template <typename F>
+__device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        if (m < tpg) {
+            u1 += __shfl_xor_sync(0xffffffffu, u1, m);
+            u2 += __shfl_xor_sync(0xffffffffu, u2, m);
+        }
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q) {
 #if __CUDA_ARCH__ >= 900
@@ -626,13 +639,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
                 }
             }
         }
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) {
-            if (m < tpg) {
-                u1 += __shfl_xor_sync(0xffffffffu, u1, m);
-                u2 += __shfl_xor_sync(0xffffffffu, u2, m);
-            }
-        }
+        sumOverGroupLanes(u1, u2, tpg);
         if (g < a.groups && p == 0) part[int64_t(g) * a.blocksPer] = make_float2(u1, u2);
     }
 
@@ -655,13 +662,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
                 u2 += v.y;
             }
         }
-#pragma unroll
-        for (int m = 16; m >= 1; m >>= 1) {
-            if (m < tpg) {
-                u1 += __shfl_xor_sync(0xffffffffu, u1, m);
-                u2 += __shfl_xor_sync(0xffffffffu, u2, m);
-            }
-        }
+        sumOverGroupLanes(u1, u2, tpg);
         if (g < a.groups && p == 0) gstat[g] = finishStats(u1, u2, a.invCount, gstat[g].x, a.eps);
     }
     __syncthreads();
