@@ -193,6 +193,21 @@ __device__ __forceinline__ F warpSum(F v) {
     return v;
 }
 
+// The group's statistics from S1 = sum(x - k) and S2 = sum((x - k)^2) over
+// its N values, in double: the mean split into hi + lo (hi the nearest fp32,
+// lo the rest) and 1/sqrt(var + eps). y is then (x - hi) * scale + (beta - lo *
+// scale): x - hi is exact or nearly so for x near the mean, so an output near
+// zero keeps an error of a few fp32 ulps of beta, whatever k was (an outlier
+// k in a (x - k) * scale + shift form costs ulps of |x - k| * scale instead).
+__device__ __forceinline__ float4 finishStats(double s1, double s2, double invCount, float k, float eps) {
+    const double m = s1 * invCount;
+    double var = s2 * invCount - m * m;
+    if (var < 0.0) var = 0.0;  // rounding; NaN stays NaN
+    const double mean = double(k) + m;
+    const float hi = float(mean);
+    return make_float4(hi, float(mean - double(hi)), rsqrtf(float(var + double(eps))), 0.f);
+}
+
 __host__ __device__ constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace trtgn

@@ -3,21 +3,31 @@
 // exchange their partial sums through distributed shared memory. x is read
 // from memory once and y written once (the floor: a device copy's traffic).
 //
-// Statistics are exact two-pass in registers: first the sum (-> mean), then
-// sum((x - mean)^2) (-> variance), both of x minus the group's first element,
-// in double across warps and blocks.
+// Statistics: one reduction. A thread sums d = x - k and d^2 in fp32, k the
+// group's first element (the same for every block of the cluster), warps and
+// blocks add those sums in double in a fixed order, and finishStats turns the
+// totals into mean and 1/std (as the on-chip grid kernels do). k is a value
+// of the group, so the sums of d stay small and fp32 keeps full precision
+// even for |mean| >> std. One reduction, not two (sum, then sum of squares
+// about the mean), because each is a chain of barriers: on the small UNet
+// shapes the second one cost more than the data's whole trip through L2.
+// gamma and beta are loaded with the data, so no global load waits behind the
+// statistics.
 //
 // gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, where a group
 // is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
 // multiple of the vector (each pixel holds Vs whole vectors of the group).
-// gnFusedNHWC, the general NHWC case (e.g. C/G = 10): a "set" is the
-// smallest run of channels that holds whole groups and whole 16-byte vectors
-// (lcm(C/G, VEC) channels, Vs vectors); each pixel's set is read by
-// Vp = pow2 >= Vs adjacent lanes (Vp - Vs idle), so a warp reads 32/Vp
-// pixels' contiguous runs and reduces with xor shuffles.
+// gnFusedSet2, NHWC where a 16-byte vector spans at most two groups (C/G =
+// 10, 20 with fp16), two scalar sums a thread.
+// gnFusedNHWC, the general NHWC case: a "set" is the smallest run of
+// channels that holds whole groups and whole 16-byte vectors (lcm(C/G, VEC)
+// channels, Vs vectors); each pixel's set is read by Vp = pow2 >= Vs adjacent
+// lanes (Vp - Vs idle), so a warp reads 32/Vp pixels' contiguous runs and
+// reduces with xor shuffles.
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "group_norm_common.cuh"
 #include "group_norm_fused.h"
@@ -32,6 +42,7 @@ constexpr int kVptChoices[] = {1, 2, 4, 8, 16};
 // At most 512 threads a block, so the compiler may give each thread up to 128
 // registers: the data (4 per 16-byte vector) plus per-element statistics.
 constexpr int kFusedMaxThreads = 512;
+constexpr int kMaxWarps = kFusedMaxThreads / 32;
 __host__ __device__ constexpr int fusedMaxThreads(int) { return kFusedMaxThreads; }
 // Registers a thread needs, for the occupancy estimate of the planner.
 constexpr int fusedRegs(int vpt, bool nhwc) { return (nhwc ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwc ? 64 : 32) + 6 * vpt; }
@@ -65,42 +76,6 @@ __device__ __forceinline__ int clusterRank(int K) {
     return 0;
 }
 
-// Makes every block's shared-memory partials visible to the whole cluster.
-__device__ __forceinline__ void clusterSync(int K) {
-#if __CUDA_ARCH__ >= 900
-    if (K > 1) {
-        cg::this_cluster().sync();
-        return;
-    }
-#endif
-    __syncthreads();
-}
-
-// Sums arr[i] (i < count) over the K blocks of the cluster, one lane per
-// (i, rank), the lanes of one i adjacent, in double, and stores
-// finish(i, total) for each i. Every thread of the block calls this; the xor
-// tree has a fixed order, so every block gets bit-identical statistics.
-template <typename Finish>
-__device__ __forceinline__ void clusterSumEach(double* arr, int count, int K, Finish finish) {
-    for (int base = 0; base < count * K; base += blockDim.x) {
-        const int idx = base + threadIdx.x;
-        const int i = idx / K, k = idx - i * K;
-        double v = 0.0;
-        if (i < count) {
-#if __CUDA_ARCH__ >= 900
-            if (K > 1) {
-                v = *cg::this_cluster().map_shared_rank(arr + i, k);
-            } else
-#endif
-            {
-                v = arr[i];
-            }
-        }
-        for (int m = K >> 1; m >= 1; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-        if (i < count && k == 0) finish(i, v);
-    }
-}
-
 // A block may not exit while others still read its shared memory: arrive
 // after the last remote read, wait just before exiting.
 __device__ __forceinline__ void clusterArrive(int K) {
@@ -114,30 +89,85 @@ __device__ __forceinline__ void clusterWait(int K) {
 #endif
 }
 
-// The block's sums part[i] (i < count) are complete in every block of the
-// cluster: totals over the cluster, into stat[i]: the mean of d (phase 0) or
-// 1/sqrt(var + eps) (phase 1). Every thread of the block calls this.
-__device__ __forceinline__ void clusterStats(double* part, float* stat, int count, int phase, const FusedArgs& a) {
-    clusterSync(a.K);
-    clusterSumEach(part, count, a.K, [&](int i, double total) {
-        stat[i] = phase == 0 ? float(total * a.invCount) : rsqrtf(float(total * a.invCount) + a.eps);
-    });
+// Block sums of each group slot i < count: red[w * stride + i] holds warp w's
+// (sum d, sum d^2); one warp per slot adds them in double, in warp order,
+// into part[i]. Every thread calls this once its warp has written red.
+__device__ __forceinline__ void blockGroupSums(const float2* red, int stride, double2* part, int count) {
     __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int numWarps = blockDim.x >> 5;
+    for (int i = warp; i < count; i += numWarps) {
+        double s1 = 0.0, s2 = 0.0;
+        if (lane < numWarps) {
+            const float2 v = red[lane * stride + i];
+            s1 = v.x;
+            s2 = v.y;
+        }
+        s1 = warpSum(s1);
+        s2 = warpSum(s2);
+        if (lane == 0) part[i] = make_double2(s1, s2);
+    }
+}
+
+// part[i] (i < count) holds this block's double sums of group slot i: adds
+// them over the K blocks of the cluster (one lane per (i, rank), the lanes of
+// one i adjacent, a fixed xor order, so every block gets bit-identical
+// statistics) and leaves stat[i] = finishStats(...) with shift kS[i]. Every
+// thread of the block calls this.
+__device__ __forceinline__ void clusterFinish(double2* part, float4* stat, const float* kS, int count,
+                                              const FusedArgs& a) {
+    const int K = a.K;
+#if __CUDA_ARCH__ >= 900
+    if (K > 1) {
+        cg::this_cluster().sync();  // every block's part is complete and visible
+    } else
+#endif
+    {
+        __syncthreads();
+    }
+    for (int base = 0; base < count * K; base += blockDim.x) {
+        const int idx = base + threadIdx.x;
+        const int i = idx / K, r = idx - i * K;
+        double2 v = make_double2(0.0, 0.0);
+        if (i < count) {
+#if __CUDA_ARCH__ >= 900
+            if (K > 1) {
+                v = *cg::this_cluster().map_shared_rank(part + i, r);
+            } else
+#endif
+            {
+                v = part[i];
+            }
+        }
+        for (int m = K >> 1; m >= 1; m >>= 1) {
+            v.x += __shfl_xor_sync(0xffffffffu, v.x, m);
+            v.y += __shfl_xor_sync(0xffffffffu, v.y, m);
+        }
+        if (i < count && r == 0) stat[i] = finishStats(v.x, v.y, a.invCount, kS[i], a.eps);
+    }
+    clusterArrive(K);
+    __syncthreads();
+}
+
+// y = (x - hi) * scale + (beta - lo * scale), st = (hi, lo, rstd) from
+// finishStats: see there for why the mean is split.
+struct Affine {
+    float hi, scale, shift;
+};
+__device__ __forceinline__ Affine affineOf(float4 st, float gamma, float beta) {
+    const float scale = st.z * gamma;
+    return {st.x, scale, beta - st.y * scale};
 }
 
 // ---------------------------------------------------------------- NHWC ----
 
-// Statistics are taken of d = x - k, with k the group's first element (read
-// by every block alike): sums of d stay small, so fp32 keeps full precision
-// even for |mean| >> std, and y = (d - mean_d) * rstd * gamma + beta never
-// subtracts two large numbers.
 template <typename T, int VPT>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
-    constexpr int kMaxWarps = kFusedMaxThreads / 32;
-    __shared__ float red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
-    __shared__ double part[2][VEC];  // this block's sum per group of the set (<= VEC groups), per phase
-    __shared__ float stat[2][VEC];   // mean_d, rstd per group of the set
+    __shared__ float2 red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
+    __shared__ double2 part[VEC];  // this block's sums per group of the set (<= VEC groups)
+    __shared__ float4 stat[VEC];
+    __shared__ float kS[VEC];
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -153,7 +183,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     const int64_t setBase = n * a.hw * a.cs + set * a.setChannels;
     const int vc = active ? v : 0;  // idle lanes mirror lane 0's channels, never load or store
     const int64_t c0 = set * a.setChannels + int64_t(vc) * VEC;
-    const T* x = static_cast<const T*>(a.x) + setBase + vc * VEC;
+    const T* xs = static_cast<const T*>(a.x) + setBase;
+    const T* x = xs + vc * VEC;
     T* y = static_cast<T*>(a.y) + setBase + vc * VEC;
     auto pixel = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + prow; };
 
@@ -162,98 +193,72 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
     for (int i = 0; i < VPT; ++i) {
         if (active && pixel(i) < a.hw) data[i] = loadRaw<T, VEC>(x + pixel(i) * a.cs);
     }
-    // gamma/beta now, so that their latency overlaps the data's; with many
-    // vectors per thread the registers are worth more.
-    constexpr bool kPrefetchAffine = VPT < 8;
-    float gamma[VEC], beta[VEC];
-    if constexpr (kPrefetchAffine) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
-            beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
-        }
-    }
     auto groupOf = [&](int e) { return (vc * VEC + e) / a.cpg; };  // group of element e within the set
-    float shiftK[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) shiftK[e] = toFloat<T>(static_cast<const T*>(a.x)[setBase + groupOf(e) * a.cpg]);
-
-    // Sums the block's per-thread acc[] into part[phase][group] and then over
-    // the cluster into stat[phase][group] (via finish).
-    auto reduce = [&](float (&acc)[VEC], int phase) {
-        // The warp's pixels: lanes l, l + vp, l + 2vp, ... share a vector.
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            for (int m = 16; m >= a.vp; m >>= 1) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], m);
-        }
-        if (lane < a.vs) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) red[warp][lane][e] = acc[e];
-        }
-        __syncthreads();
-        // One warp per group of the set sums its (warp, channel) partials in a
-        // fixed order; lanes take consecutive channels (consecutive banks).
-        for (int gi = warp; gi < gps; gi += numWarps) {
-            double sum = 0.0;
-            for (int cl = lane; cl < a.cpg; cl += 32) {
-                const int ch = gi * a.cpg + cl;
-                for (int w = 0; w < numWarps; ++w) sum += red[w][ch / VEC][ch % VEC];
-            }
-            sum = warpSum(sum);
-            if (lane == 0) part[phase][gi] = sum;
-        }
-        clusterStats(&part[phase][0], &stat[phase][0], gps, phase, a);
-    };
-
-    float acc[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) acc[e] = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        if (active && pixel(i) < a.hw) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[e] += data[i].getFresh(e) - shiftK[e];
-        }
-    }
-    reduce(acc, 0);
-    float meanD[VEC];
+    float shiftK[VEC], gamma[VEC], beta[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        meanD[e] = stat[0][groupOf(e)];
-        acc[e] = 0.f;
+        shiftK[e] = toFloat<T>(xs[groupOf(e) * a.cpg]);
+        gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
+        beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
     }
+    const float kMine = tid < gps ? toFloat<T>(xs[tid * a.cpg]) : 0.f;
+
+    float s1[VEC], s2[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         if (active && pixel(i) < a.hw) {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
-                acc[e] = fmaf(d, d, acc[e]);
+                const float d = data[i].getFresh(e) - shiftK[e];
+                s1[e] += d;
+                s2[e] = fmaf(d, d, s2[e]);
             }
         }
     }
-    reduce(acc, 1);
-    clusterArrive(K);
-
-    // y = (x - k) * scale + (beta - mean_d * scale): x - k is exact and both
-    // terms are of the output's magnitude, so nothing large cancels.
-    float scale[VEC], shift[VEC];
+    // The warp's pixels: lanes l, l + vp, l + 2vp, ... share a vector.
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        if constexpr (!kPrefetchAffine) {
-            gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
-            beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
+        for (int m = 16; m >= a.vp; m >>= 1) {
+            s1[e] += __shfl_xor_sync(0xffffffffu, s1[e], m);
+            s2[e] += __shfl_xor_sync(0xffffffffu, s2[e], m);
         }
-        scale[e] = stat[1][groupOf(e)] * gamma[e];
-        shift[e] = beta[e] - meanD[e] * scale[e];
     }
+    if (lane < a.vs) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) red[warp][lane][e] = make_float2(s1[e], s2[e]);
+    }
+    if (tid < gps) kS[tid] = kMine;
+    __syncthreads();
+    // One warp per group of the set sums its (warp, channel) partials in a
+    // fixed order; lanes take consecutive channels (consecutive banks).
+    for (int gi = warp; gi < gps; gi += numWarps) {
+        double u1 = 0.0, u2 = 0.0;
+        for (int cl = lane; cl < a.cpg; cl += 32) {
+            const int ch = gi * a.cpg + cl;
+            for (int w = 0; w < numWarps; ++w) {
+                const float2 r = red[w][ch / VEC][ch % VEC];
+                u1 += r.x;
+                u2 += r.y;
+            }
+        }
+        u1 = warpSum(u1);
+        u2 = warpSum(u2);
+        if (lane == 0) part[gi] = make_double2(u1, u2);
+    }
+    clusterFinish(part, stat, kS, gps, a);
+
+    Affine f[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = affineOf(stat[groupOf(e)], gamma[e], beta[e]);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         if (active && pixel(i) < a.hw) {
             float out[VEC];
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK[e], scale[e], shift[e]), a.act);
+                out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
             storeVec<T, VEC>(y + pixel(i) * a.cs, out);
         }
     }
@@ -266,19 +271,18 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
 // with 8 halves a vector): a cluster holds one set (lcm(C/G, VEC) channels,
 // Vs vectors a pixel, gps groups); thread t owns vector t % Vs of pixels
 // t / Vs, t / Vs + rows, ..., so its elements belong to two fixed groups
-// (lo for e < split, hi after) and it keeps two scalar sums. No idle lanes,
-// and consecutive threads read consecutive memory.
+// (lo for e < split, hi after) and it keeps two pairs of scalar sums. No idle
+// lanes, and consecutive threads read consecutive memory.
 template <typename T, int VPT>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
-    constexpr int kMaxWarps = kFusedMaxThreads / 32;
-    __shared__ float red[kMaxWarps][VEC];  // per warp, per group of the set (gps <= VEC)
-    __shared__ double part[2][VEC];
-    __shared__ float stat[2][VEC];
+    __shared__ float2 red[kMaxWarps][VEC];  // per warp, per group of the set (gps <= VEC)
+    __shared__ double2 part[VEC];
+    __shared__ float4 stat[VEC];
+    __shared__ float kS[VEC];
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
-    const int numWarps = blockDim.x >> 5;
     const int lu = tid % a.vs, row = tid / a.vs;
     const int gps = a.setChannels / a.cpg;
     const int K = a.K;
@@ -286,7 +290,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
     const int64_t set = blockIdx.x / K;
     const int64_t n = blockIdx.y;
     const int64_t setBase = n * a.hw * a.cs + set * a.setChannels;
-    const T* x = static_cast<const T*>(a.x) + setBase + lu * VEC;
+    const T* xs = static_cast<const T*>(a.x) + setBase;
+    const T* x = xs + lu * VEC;
     T* y = static_cast<T*>(a.y) + setBase + lu * VEC;
     auto unit = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + row; };
 
@@ -298,74 +303,57 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
     const int c0 = lu * VEC;  // channel of element 0 within the set
     const int gLo = c0 / a.cpg, gHi = (c0 + VEC - 1) / a.cpg;
     const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;  // elements e < split are of gLo
-    const T* xs = static_cast<const T*>(a.x) + setBase;
-    const float kLo = toFloat<T>(xs[gLo * a.cpg]), kHi = toFloat<T>(xs[gHi * a.cpg]);  // see gnFusedNHWC
-    float shiftK[VEC];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) shiftK[e] = e < split ? kLo : kHi;
-
-    // Block sums per group (one warp shuffle tree per group), then the
-    // cluster's, in fixed order.
-    auto reduce = [&](float lo, float hi, int phase) {
-        for (int gi = 0; gi < gps; ++gi) {
-            float v = (gLo == gi ? lo : 0.f) + (gHi == gi && gHi != gLo ? hi : 0.f);
-            v = warpSum(v);
-            if (lane == 0) red[warp][gi] = v;
-        }
-        __syncthreads();
-        for (int gi = warp; gi < gps; gi += numWarps) {
-            double sum = lane < numWarps ? red[lane][gi] : 0.0;
-            sum = warpSum(sum);
-            if (lane == 0) part[phase][gi] = sum;
-        }
-        clusterStats(&part[phase][0], &stat[phase][0], gps, phase, a);
-    };
-
-    float lo = 0.f, hi = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        if (unit(i) < a.hw) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const float d = data[i].getFresh(e) - shiftK[e];
-                if (e < split) lo += d; else hi += d;
-            }
-        }
-    }
-    reduce(lo, hi, 0);
-    float meanD[VEC];
-    const float mLo = stat[0][gLo], mHi = stat[0][gHi];
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) meanD[e] = e < split ? mLo : mHi;
-    lo = hi = 0.f;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        if (unit(i) < a.hw) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const float d = (data[i].getFresh(e) - shiftK[e]) - meanD[e];
-                if (e < split) lo = fmaf(d, d, lo); else hi = fmaf(d, d, hi);
-            }
-        }
-    }
-    reduce(lo, hi, 1);
-    clusterArrive(K);
-
-    // y = (x - k) * scale + (beta - mean_d * scale), as in gnFusedNHWC.
+    const float kLo = toFloat<T>(xs[gLo * a.cpg]), kHi = toFloat<T>(xs[gHi * a.cpg]);
+    const float kMine = tid < gps ? toFloat<T>(xs[tid * a.cpg]) : 0.f;
     const int64_t cAbs = set * a.setChannels + c0;
-    const float rLo = stat[1][gLo], rHi = stat[1][gHi];
-    float scale[VEC], shift[VEC];
+    float gamma[VEC], beta[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        scale[e] = (e < split ? rLo : rHi) * loadAffine<T>(a.gamma, cAbs + e, a.affineFp32, 1.f);
-        shift[e] = loadAffine<T>(a.beta, cAbs + e, a.affineFp32, 0.f) - meanD[e] * scale[e];
+        gamma[e] = loadAffine<T>(a.gamma, cAbs + e, a.affineFp32, 1.f);
+        beta[e] = loadAffine<T>(a.beta, cAbs + e, a.affineFp32, 0.f);
     }
+
+    float lo1 = 0.f, lo2 = 0.f, hi1 = 0.f, hi2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+        if (unit(i) < a.hw) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float d = data[i].getFresh(e) - (e < split ? kLo : kHi);
+                if (e < split) {
+                    lo1 += d;
+                    lo2 = fmaf(d, d, lo2);
+                } else {
+                    hi1 += d;
+                    hi2 = fmaf(d, d, hi2);
+                }
+            }
+        }
+    }
+    // One warp shuffle tree per group of the set.
+    for (int gi = 0; gi < gps; ++gi) {
+        const bool isLo = gLo == gi, isHi = gHi == gi && gHi != gLo;
+        float v1 = (isLo ? lo1 : 0.f) + (isHi ? hi1 : 0.f);
+        float v2 = (isLo ? lo2 : 0.f) + (isHi ? hi2 : 0.f);
+        v1 = warpSum(v1);
+        v2 = warpSum(v2);
+        if (lane == 0) red[warp][gi] = make_float2(v1, v2);
+    }
+    if (tid < gps) kS[tid] = kMine;
+    blockGroupSums(&red[0][0], VEC, part, gps);
+    clusterFinish(part, stat, kS, gps, a);
+
+    const float4 stLo = stat[gLo], stHi = stat[gHi];
+    Affine f[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = affineOf(e < split ? stLo : stHi, gamma[e], beta[e]);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         if (unit(i) < a.hw) {
             float out[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK[e], scale[e], shift[e]), a.act);
+            for (int e = 0; e < VEC; ++e)
+                out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
             storeVec<T, VEC>(y + unit(i) * a.cs, out);
         }
     }
@@ -383,9 +371,10 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
 template <typename T, int VPT, bool NHWC>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
-    __shared__ float red[32];
-    __shared__ double part[2];
-    __shared__ float stat[2];
+    __shared__ float2 red[kMaxWarps];
+    __shared__ double2 part[1];
+    __shared__ float4 stat[1];
+    __shared__ float kS[1];
 
     const int tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
@@ -408,76 +397,76 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     for (int i = 0; i < VPT; ++i) {
         if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + unit(i) * unitStride);
     }
-    const float shiftK = toFloat<T>(static_cast<const T*>(a.x)[base]);  // see gnFusedNHWC
-
-    auto reduce = [&](float acc, int phase) {
-        acc = warpSum(acc);
-        if (lane == 0) red[warp] = acc;
-        __syncthreads();
-        if (warp == 0) {
-            double s = lane < int(blockDim.x >> 5) ? red[lane] : 0.0;
-            s = warpSum(s);
-            if (lane == 0) part[phase] = s;
-        }
-        clusterStats(&part[phase], &stat[phase], 1, phase, a);
+    const float k = toFloat<T>(static_cast<const T*>(a.x)[base]);
+    // gamma and beta: NHWC, this thread's VEC channels g*cpg + lu*VEC + j;
+    // NCHW, the channel of unit j (hw % VEC == 0 on this path, so a vector
+    // lies in one channel). Loaded with the data, except NCHW with 16 units
+    // a thread, where 32 more registers would spill.
+    auto channel = [&](int j) -> int64_t {
+        if constexpr (NHWC) return g * a.cpg + lu * VEC + j;
+        if (unit(j) >= a.units) return g * a.cpg;  // past the end: never used
+        const int64_t off = unit(j) * VEC;
+        return g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
     };
-    float acc = 0.f;
+    constexpr bool kPrefetch = NHWC || VPT <= 8;
+    constexpr int kAff = kPrefetch ? (NHWC ? VEC : VPT) : 1;
+    float gamma[kAff], beta[kAff];
+    if constexpr (kPrefetch) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-        if (unit(i) < a.units) {
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) acc += data[i].getFresh(e) - shiftK;
+        for (int j = 0; j < kAff; ++j) {
+            gamma[j] = loadAffine<T>(a.gamma, channel(j), a.affineFp32, 1.f);
+            beta[j] = loadAffine<T>(a.beta, channel(j), a.affineFp32, 0.f);
         }
     }
-    reduce(acc, 0);
-    const float meanD = stat[0];
-    acc = 0.f;
+
+    float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
         if (unit(i) < a.units) {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float d = (data[i].getFresh(e) - shiftK) - meanD;
-                acc = fmaf(d, d, acc);
+                const float d = data[i].getFresh(e) - k;
+                s1 += d;
+                s2 = fmaf(d, d, s2);
             }
         }
     }
-    reduce(acc, 1);
-    clusterArrive(K);
+    s1 = warpSum(s1);
+    s2 = warpSum(s2);
+    if (lane == 0) red[warp] = make_float2(s1, s2);
+    if (tid == 0) kS[0] = k;
+    blockGroupSums(red, 1, part, 1);
+    clusterFinish(part, stat, kS, 1, a);
 
-    const float rstd = stat[1];
+    const float4 st = stat[0];
     if constexpr (NHWC) {
-        // This thread's channels are fixed: g*cpg + lu*VEC + e.
-        float scale[VEC], shift[VEC];
+        Affine f[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            const int64_t c = g * a.cpg + lu * VEC + e;
-            scale[e] = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
-            shift[e] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * scale[e];
-        }
+        for (int e = 0; e < VEC; ++e) f[e] = affineOf(st, gamma[e], beta[e]);
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
             if (unit(i) < a.units) {
                 float out[VEC];
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, scale[e], shift[e]), a.act);
+                for (int e = 0; e < VEC; ++e)
+                    out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
                 storeVec<T, VEC>(y + unit(i) * unitStride, out);
             }
         }
     } else {
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
-            const int64_t j = unit(i);
-            if (j < a.units) {
-                // hw % VEC == 0 on this path, so a vector lies in one channel.
-                const int64_t off = j * VEC;
-                const int64_t c = g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
-                const float sc = rstd * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
-                const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - meanD * sc;  // see gnFusedNHWC
+            if (unit(i) < a.units) {
+                if constexpr (!kPrefetch) {
+                    gamma[0] = loadAffine<T>(a.gamma, channel(i), a.affineFp32, 1.f);
+                    beta[0] = loadAffine<T>(a.beta, channel(i), a.affineFp32, 0.f);
+                }
+                const Affine f = affineOf(st, gamma[kPrefetch ? i : 0], beta[kPrefetch ? i : 0]);
                 float out[VEC];
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(data[i].getFresh(e) - shiftK, sc, b), a.act);
-                storeVec<T, VEC>(y + off, out);
+                for (int e = 0; e < VEC; ++e)
+                    out[e] = activate<T>(fmaf(data[i].getFresh(e) - f.hi, f.scale, f.shift), a.act);
+                storeVec<T, VEC>(y + unit(i) * VEC, out);
             }
         }
     }
@@ -493,8 +482,16 @@ struct FusedPlan {
 
 // Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
 // block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
-// minimising the data the busiest SM must hold per wave, padding included.
-FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool nhwc) {
+// by an estimate of the time. Its terms: a fixed cost per wave; per vector
+// a thread holds, its unrolled code (fetched anew on each launch, so code
+// length costs time: see README) and, NCHW, a division and two affine loads
+// a vector; the data the busiest SM holds; threads a block (barriers over
+// more warps); a cluster's barrier and distributed-shared-memory reads,
+// growing with K. The constants are fitted to a sweep of every (K, VPT) on
+// an H200 (10 shapes of 0.3-10 MB, fp16 and fp32, NHWC and NCHW): the plan
+// they pick is 3.8% slower on average than the best plan of each case (the
+// previous hand-set model: 10%).
+FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool generalNHWC, bool nchw) {
     FusedPlan best;
     double bestCost = 0;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
@@ -510,7 +507,7 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
             const int64_t threads = R * lanes;
             if (threads > fusedMaxThreads(vpt)) continue;
             if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
-            const int64_t regs = fusedRegs(vpt, nhwc);
+            const int64_t regs = fusedRegs(vpt, generalNHWC);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
             // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
             // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
@@ -518,12 +515,9 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
             const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
             const int64_t waves = ceilDiv(clusters, concurrent);
             const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
-            // Estimated cycles of one wave: a fixed latency, each thread's serial
-            // chain (three sweeps over VPT vectors), the SM's share of the
-            // bytes (read + write, ~32 B/cycle/SM from L2), cluster barriers.
-            const double chain = 600.0 * vpt;
-            const double bytes = double(busy * threads * vpt) * 32.0 / 32.0;
-            const double cost = double(waves) * (2000.0 + chain + bytes) + (K > 1 ? 1500.0 : 0.0);
+            const double perWave = 2000.0 + (nchw ? 600.0 : 300.0) * vpt + 0.07 * double(busy * threads * vpt) +
+                                   2.8 * double(threads);
+            const double cost = double(waves) * perWave + (K > 1 ? 700.0 : 0.0) + 280.0 * std::log2(double(K));
             if (!best.ok || cost < bestCost) {
                 best.ok = true;
                 best.K = K;
@@ -610,7 +604,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
     if (p.layout == TRTGN_LAYOUT_NHWC && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
-        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false);
+        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false, false);
         if (!plan.ok) return cudaSuccess;
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
@@ -621,7 +615,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return cudaSuccess;
         const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, true);
+        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, true, false);
         if (!plan.ok) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -640,7 +634,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         int vp = 1;
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, true);
+        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, true, false);
         if (!plan.ok) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -650,7 +644,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         kernel = pickKernel<T, NHWCKernel>(plan.vpt);
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
-        plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, false);
+        plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, false, true);
         if (!plan.ok) return cudaSuccess;
         a.groupsPerN = int(p.groups);
         a.units = units;

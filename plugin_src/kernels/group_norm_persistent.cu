@@ -216,21 +216,6 @@ __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratc
     return total;
 }
 
-// The group's statistics from S1 = sum(x - k) and S2 = sum((x - k)^2) over
-// its N values, in double: the mean split into hi + lo (hi the nearest fp32,
-// lo the rest) and 1/sqrt(var + eps). y is then (x - hi) * scale + (beta - lo *
-// scale): x - hi is exact or nearly so for x near the mean, so an output near
-// zero keeps an error of a few fp32 ulps of beta, whatever k was (an outlier
-// k in a (x - k) * scale + shift form costs ulps of |x - k| * scale instead).
-__device__ __forceinline__ float4 finishStats(double s1, double s2, double invCount, float k, float eps) {
-    const double m = s1 * invCount;
-    double var = s2 * invCount - m * m;
-    if (var < 0.0) var = 0.0;  // rounding; NaN stays NaN
-    const double mean = double(k) + m;
-    const float hi = float(mean);
-    return make_float4(hi, float(mean - double(hi)), rsqrtf(float(var + double(eps))), 0.f);
-}
-
 #endif  // Hopper
 
 // ---------------------------------------------------------------- NHWC ----
@@ -890,13 +875,14 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     a.act = int(p.act);
     a.affineFp32 = p.affineFp32;
 
-    // Below these sizes the grid barrier and the reads of every block's
-    // partial sums cost more than the cluster kernels' extra work (measured on
-    // an H200, fp16: at 2.6 MB NHWC 10.4 us here vs 8.6 us; at 5.2 MB 11.8 us
-    // vs 14.1 us; NCHW at 2.6 MB 8.0 us vs 8.8 us, at 1.3 MB 7.2 vs 5.3 us).
-    constexpr double kMinBytesNHWC = 4.0 * (1 << 20), kMinBytesNCHW = 2.0 * (1 << 20);
+    // Below 4 MB the grid barrier and the reads of every block's partial sums
+    // cost more than the cluster kernels (measured on an H200, fp16, against
+    // the cluster kernels with one reduction: NHWC at 5.2 MB 9.8 us here vs
+    // 11.5 us for the best cluster plan; NCHW at 2.6 MB 7.7 us here vs 7.3 us
+    // for the plan picked, at 5.2 MB 9.0 us vs 8.8 us, within noise).
+    constexpr double kMinBytes = 4.0 * (1 << 20);
     const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
-    if (bytes < (p.layout == TRTGN_LAYOUT_NHWC ? kMinBytesNHWC : kMinBytesNCHW)) return cudaSuccess;
+    if (bytes < kMinBytes) return cudaSuccess;
 
     // Above this size the second read of the head comes mostly from DRAM, as
     // in the two-pass kernels, and nothing was measured there.

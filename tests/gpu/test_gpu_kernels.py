@@ -100,7 +100,7 @@ def test_wide_and_uncommon_paths(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
 
 
-# Tensors of 4 MB and more (NHWC; 2 MB NCHW) take the on-chip path on Hopper: a co-resident grid
+# Tensors of 4 MB and more take the on-chip path on Hopper: a co-resident grid
 # holding x in shared memory across a grid barrier. Odd group widths, one group, a batch that does
 # not divide the SMs, a pixel row as wide as a block, and a constant input (variance exactly 0).
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
