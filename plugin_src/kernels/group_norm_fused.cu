@@ -9,10 +9,10 @@
 // totals into mean and 1/std (as the on-chip grid kernels do). k is a value
 // of the group, so the sums of d stay small and fp32 keeps full precision
 // even for |mean| >> std. One reduction, not two (sum, then sum of squares
-// about the mean), because each is a chain of barriers: on the small UNet
-// shapes the second one cost more than the data's whole trip through L2.
-// gamma and beta are loaded with the data, so no global load waits behind the
-// statistics.
+// about the mean), because each is a chain of barriers; gamma and beta are
+// loaded with the data, so no global load waits behind the statistics. The
+// two together, same plan, same H200: sd15-unet-1280x16 NHWC 6.6 -> 5.4 us,
+// 1280x8 4.0 -> 3.3 us.
 //
 // gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, where a group
 // is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
