@@ -26,10 +26,11 @@
 // gnPersistentNCHW<T, streaming>.
 //
 // Streaming (tensors larger than the SMs' shared memory, e.g. the VAE
-// decoder's 512x512 activations): a block's chunk is longer than its tile.
-// The tile holds the chunk's tail, bulk-copied as above; the threads read the
-// head from global memory (8 loads in flight) and sum it while the copies
-// land. After the barrier the head is read again, in reverse, so the rows
+// decoder's 512x512 activations): a block's share is larger than its tile.
+// The tile is bulk-copied as above (NCHW: the tail of the block's chunk;
+// NHWC: a run of the image's last pixels, the head before it dealt out to the
+// blocks in slabs, see headSplit); the threads read the head from global
+// memory (8 loads in flight) and sum it while the copies land. After the barrier the head is read again, in reverse, so the rows
 // read last, the likeliest to be still in L2, come first (evict-first loads
 // and stores), with tile rows interleaved (NHWC); the rest of the tile is
 // written from shared memory. Only the head is read twice, and most of it
