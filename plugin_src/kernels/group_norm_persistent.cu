@@ -30,10 +30,11 @@
 // The tile is bulk-copied as above (NCHW: the tail of the block's chunk;
 // NHWC: a run of the image's last pixels, the head before it dealt out to the
 // blocks in slabs, see headSplit); the threads read the head from global
-// memory (8 loads in flight) and sum it while the copies land. After the barrier the head is read again, in reverse, so the rows
-// read last, the likeliest to be still in L2, come first (evict-first loads
-// and stores), with tile rows interleaved (NHWC); the rest of the tile is
-// written from shared memory. Only the head is read twice, and most of it
+// memory (8 loads in flight) and sum it while the copies land. After the
+// barrier the head is read again, in reverse, so the rows read last, the
+// likeliest to be still in L2, come first (evict-first loads and stores),
+// with tile rows interleaved (NHWC); the rest of the tile is written from
+// shared memory. Only the head is read twice, and most of it
 // from L2.
 //
 // Numerics: a thread sums d = x - k and d^2 in fp32, k the group's first
@@ -245,7 +246,7 @@ __host__ __device__ inline NhwcLayout nhwcLayout(int c, int vec, int groups) {
 // (rem pixels) if rem > 0; it is slab number slabQ of block slabR.
 struct HeadSplit {
     int64_t head, full, slabQ;
-    int rem, slabR, R;
+    int rem, slabR;
     __host__ __device__ int64_t fullOf(int b) const { return slabQ + (b < slabR); }
     __host__ __device__ bool partialOf(int b) const { return rem > 0 && b == slabR; }
     // Slabs of block b that hold pixel row r (r < R) of theirs.
@@ -254,7 +255,6 @@ struct HeadSplit {
 __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
     HeadSplit h;
     h.head = hw - int64_t(blocks) * tileCap;
-    h.R = rowsPerPass;
     h.full = h.head / rowsPerPass;
     h.rem = int(h.head - h.full * rowsPerPass);
     h.slabQ = h.full / blocks;
@@ -416,10 +416,9 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     }
     __syncthreads();
     // The block's partial per group, sum(x - k) and sum((x - k)^2) in
-    // double, in a fixed order (every
-    // launch gives bit-identical results): P threads per group (adjacent
-    // lanes) each add every P-th of the group's rows x channels, then an xor
-    // shuffle over the P lanes. A thread's count * (mean - k) and M2 + count *
+    // double, in a fixed order (every launch gives bit-identical results): P
+    // threads per group (adjacent lanes) each add every P-th of the group's
+    // rows x channels, then an xor shuffle over the P lanes. A thread's count * (mean - k) and M2 + count *
     // (mean - k)^2 are added in double: the means are relative to k, so the
     // squares carry no large terms that cancel. No divisions in the loop.
     // (A warp per group in two passes with a division per item took 3 us.)
