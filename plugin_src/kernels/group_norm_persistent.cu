@@ -250,9 +250,9 @@ struct HeadSplit {
     __host__ __device__ int64_t fullOf(int b) const { return slabQ + (b < slabR); }
     __host__ __device__ bool partialOf(int b) const { return rem > 0 && b == slabR; }
     // Slabs of block b that hold pixel row r (r < R) of theirs.
-    __host__ __device__ int64_t rowsOf(int b, int r) const { return fullOf(b) + (partialOf(b) && r < rem); }
+    [[maybe_unused]] __host__ __device__ int64_t rowsOf(int b, int r) const { return fullOf(b) + (partialOf(b) && r < rem); }
 };
-__host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
+[[maybe_unused]] __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
     HeadSplit h;
     h.head = hw - int64_t(blocks) * tileCap;
     h.full = h.head / rowsPerPass;
@@ -260,6 +260,19 @@ __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int 
     h.slabQ = h.full / blocks;
     h.slabR = int(h.full - h.slabQ * blocks);
     return h;
+}
+
+// Adds (u1, u2) over the tpg adjacent lanes of a group (tpg a power of two
+// <= 32), in a fixed xor order; every lane of the warp must call it.
+template <typename F>
+__device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) {
+        if (m < tpg) {
+            u1 += __shfl_xor_sync(0xffffffffu, u1, m);
+            u2 += __shfl_xor_sync(0xffffffffu, u2, m);
+        }
+    }
 }
 
 // Loads in flight per thread where the head streams from global memory.
@@ -452,10 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
                 }
             }
         }
-        for (int o = P >> 1; o >= 1; o >>= 1) {
-            u1 += __shfl_xor_sync(0xffffffffu, u1, o);
-            u2 += __shfl_xor_sync(0xffffffffu, u2, o);
-        }
+        sumOverGroupLanes(u1, u2, P);
         if (g < a.groups && p == 0) part[g] = make_double2(u1, u2);
     }
 
@@ -577,19 +587,6 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
     q.offChan = q.offStats + 16 * groups;
     *tileOffset = roundUp(q.offChan + int64_t(8) * q.rowsPerPass * c, 128);
     return q;
-}
-
-// Adds (u1, u2) over the tpg adjacent lanes of a group (tpg a power of two
-// <= 32), in a fixed xor order; every lane of the warp must call it.
-template <typename F>
-__device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1) {
-        if (m < tpg) {
-            u1 += __shfl_xor_sync(0xffffffffu, u1, m);
-            u2 += __shfl_xor_sync(0xffffffffu, u2, m);
-        }
-    }
 }
 
 template <typename T>
