@@ -241,6 +241,8 @@ __host__ __device__ inline NhwcLayout nhwcLayout(int c, int vec, int groups) {
     return l;
 }
 
+// (Device code for Hopper only, like the kernel that uses it.)
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 // The head of an image in streaming NHWC: pixels [0, head) in slabs of R
 // (rows per pass); slab s belongs to block s mod B. Slab `full` is partial
 // (rem pixels) if rem > 0; it is slab number slabQ of block slabR.
@@ -249,10 +251,10 @@ struct HeadSplit {
     int rem, slabR;
     __host__ __device__ int64_t fullOf(int b) const { return slabQ + (b < slabR); }
     __host__ __device__ bool partialOf(int b) const { return rem > 0 && b == slabR; }
-    // Slabs of block b that hold pixel row r (r < R) of theirs.
-    [[maybe_unused]] __host__ __device__ int64_t rowsOf(int b, int r) const { return fullOf(b) + (partialOf(b) && r < rem); }
+    // Slabs of block b that hold its pixel row r (r < rows per pass).
+    __host__ __device__ int64_t rowsOf(int b, int r) const { return fullOf(b) + (partialOf(b) && r < rem); }
 };
-[[maybe_unused]] __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
+__host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
     HeadSplit h;
     h.head = hw - int64_t(blocks) * tileCap;
     h.full = h.head / rowsPerPass;
@@ -261,6 +263,7 @@ struct HeadSplit {
     h.slabR = int(h.full - h.slabQ * blocks);
     return h;
 }
+#endif
 
 // Adds (u1, u2) over the tpg adjacent lanes of a group (tpg a power of two
 // <= 32), in a fixed xor order; every lane of the warp must call it.
