@@ -30,7 +30,7 @@
 // The tile is bulk-copied as above (NCHW: the tail of the block's chunk;
 // NHWC: a run of the image's last pixels, the head before it dealt out to the
 // blocks in slabs, see headSplit); the threads read the head from global
-// memory (8 loads in flight) and sum it while the copies land. After the
+// memory (2-5 loads in flight, see kNhwcSumUnroll) and sum it while the copies land. After the
 // barrier the head is read again, in reverse, so the rows read last, the
 // likeliest to be still in L2, come first (evict-first loads and stores),
 // with tile rows interleaved (NHWC); the rest of the tile is written from
@@ -278,14 +278,20 @@ __device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
     }
 }
 
-// Loads in flight per thread where the head streams from global memory.
-[[maybe_unused]] constexpr int kStreamUnroll = 8;
+// Loads of 16 bytes in flight per thread where the head streams from global
+// memory. Each is unrolled code run once per launch, so fewer can be faster
+// although they leave less in flight. Timed on an H200, fp16, VAE 512x512
+// shapes, with 2, 3, 4, 5 and 8: NHWC first read (512 threads) 5 (-1.5 us
+// on 1x128x512x512 against 8, same on 1x256x512x512; 2-3 were slower); NCHW
+// both reads (1024 threads) 2 (-2.0 / -2.9 us against 8).
+[[maybe_unused]] constexpr int kNhwcSumUnroll = 5;
+[[maybe_unused]] constexpr int kNchwStreamUnroll = 2;
 
 // use(load(q), q) for q = 0 .. items-1, U loads in flight; while each batch
 // is in flight, between() does other work (the shared-memory tile).
 // (Issuing the next batch's loads before using the current one, at twice
 // the registers, measured no faster.)
-template <int U = kStreamUnroll, typename Load, typename Use, typename Between>
+template <int U, typename Load, typename Use, typename Between>
 __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, Between between) {
     int64_t q = 0;
     for (; q + U <= items; q += U) {
@@ -301,7 +307,7 @@ __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, B
 // Tile rows to interleave with each batch of head loads (NHWC), so that the
 // tile's share is spread over the whole head instead of following it: about
 // 1% faster on the VAE shapes; NCHW measured no faster.
-template <int U = kStreamUnroll>
+template <int U>
 [[maybe_unused]] __host__ __device__ constexpr int64_t perBatch(int64_t headItems, int64_t tileItems) {
     return headItems >= U ? ceilDiv(tileItems, headItems / U) : 0;
 }
@@ -399,8 +405,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     };
     if (active) {
         int64_t r = row;  // the next tile row
-        const int64_t n = perBatch(rowsHead, rowsKept);
-        streamItems(rowsHead, [&](int64_t q) { return xv[headFirst + q * headStep]; },
+        const int64_t n = perBatch<kNhwcSumUnroll>(rowsHead, rowsKept);
+        streamItems<kNhwcSumUnroll>(rowsHead, [&](int64_t q) { return xv[headFirst + q * headStep]; },
                     [&](const uint4& d, int64_t) { accumulate(d); },
                     [&] {
                         for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) {
@@ -750,8 +756,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 constexpr int kNchwTable = 256;  // channels of gamma/beta kept in shared memory
 constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
 // Threads of a block. Streaming NCHW keeps little state a thread (64
-// registers), so 1024 fit and keep twice the loads in flight: 3-4% faster on
-// the VAE shapes, measured. (NHWC keeps a vector's channels' state: 100-128.)
+// registers), so 1024 fit: 3-4% faster on the VAE shapes than 512, measured
+// with 8 loads in flight each. (NHWC keeps a vector's channels' state: 100-128.)
 __host__ __device__ constexpr int nchwThreads(bool streaming) { return streaming ? 2 * kThreads : kThreads; }
 static_assert(nchwThreads(true) / 32 * 16 <= 32 * 16, "the warp scratch holds 32 warps' double2");
 
@@ -821,7 +827,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         s2 += l2;
     };
     if constexpr (kStream) {
-        streamItems(vecsHead, [&](int64_t q) { return xv[t + q * NT]; },
+        streamItems<kNchwStreamUnroll>(vecsHead, [&](int64_t q) { return xv[t + q * NT]; },
                     [&](const uint4& d, int64_t) { accumulate(d); }, [] {});
     }
     for (int64_t i = t; i < kept; i += NT) {
@@ -909,7 +915,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
             const int64_t i = last - q * NT;
             emit(d, i, scaleShift(channelOf(i)));
         };
-        streamItems(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
+        streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
     }
     for (int64_t i = t; i < kept; i += NT) emitTile(i);
 #endif
