@@ -56,6 +56,21 @@ def test_affine_variants(affine, dtype, layout, size, groups):
         check(x, None, bias, groups, 1e-5, "none", layout)
 
 
+@pytest.mark.parametrize("affine", ["x", "fp32"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size", [(2, 320, 16, 16), (2, 1280, 8, 8), (2, 2560, 8, 8), (2, 320, 64, 64)])
+def test_affine_not_16_byte_aligned(affine, dtype, layout, size):
+    # gamma/beta one element into their buffers: the kernels that load them as 16-byte vectors
+    # where the pointer allows must fall back to one load an element here.
+    torch.manual_seed(8)
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    weight, bias = affine_for(size[1] + 1, affine, dtype, DEVICE)
+    weight, bias = weight[1:], bias[1:]
+    assert weight.data_ptr() % 16 != 0 and bias.data_ptr() % 16 != 0
+    check(x, weight, bias, 32, 1e-5, "silu", layout)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(1, 3),
