@@ -1,5 +1,6 @@
 // Chooses the launch path for a validated problem on the current device.
 #include <cstdint>
+#include <limits>
 
 #include "group_norm_fused.h"
 #include "group_norm_launch.h"
@@ -23,17 +24,21 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
     if (e != cudaSuccess) return e;
 
     // The single-pass paths work on 16-byte vectors only. Tried in order:
-    // on-chip persistent grid (mid-size tensors on Hopper), clusters (small
-    // tensors), then two passes (everything else).
+    // clusters where their plan is estimated to beat the on-chip grid; the
+    // on-chip persistent grid (tensors from 4 MB on Hopper); clusters with any
+    // plan (small tensors, or GPUs without the grid); then two passes
+    // (everything else).
     const int vec = 16 / elementBytes(p.dtype);
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
     const bool vectorizable = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0
                                                             : aligned && p.hw % vec == 0;
     if (vectorizable) {
         bool launched = false;
+        e = tryLaunchFused(p, dev, kFusedOverGridCost, stream, &launched);
+        if (launched || e != cudaSuccess) return e;
         e = tryLaunchPersistent(p, dev, workspace, workspaceBytes(p), stream, &launched);
         if (launched || e != cudaSuccess) return e;
-        e = tryLaunchFused(p, dev, stream, &launched);
+        e = tryLaunchFused(p, dev, std::numeric_limits<double>::infinity(), stream, &launched);
         if (launched || e != cudaSuccess) return e;
     }
     return launchTwoPass(p, dev, workspace, stream);

@@ -583,6 +583,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
 struct FusedPlan {
     bool ok = false;
     int K = 0, vpt = 0, R = 0, threads = 0;
+    double cost = 0;  // the estimate below: about 1 ns a unit on an H200 (0.85-1.2 for half the cases)
 };
 
 // Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
@@ -591,14 +592,19 @@ struct FusedPlan {
 // a thread holds, its unrolled code (fetched anew on each launch, so code
 // length costs time: see README) and, NCHW, a division and two affine loads
 // a vector; the data the busiest SM holds; threads a block (barriers over
-// more warps); a cluster's barrier and distributed-shared-memory reads,
-// growing with K. The constants are fitted to a sweep of every (K, VPT) on
-// an H200 (10 shapes of 0.3-10 MB, fp16 and fp32, NHWC and NCHW): the plan
-// they pick is 3.8% slower on average than the best plan of each case (the
-// previous hand-set model: 10%).
+// more warps) and threads the busiest SM runs (more warps queue for the
+// same memory and barriers: with clusters of 8, 160-thread blocks beat
+// 320-thread ones holding twice the vectors by up to 1.4 us); a cluster's
+// barrier and distributed-shared-memory stores, growing with K. The
+// constants are fitted to a sweep of every (K, VPT) on an H200 (29 shapes
+// and dtypes of 0.3-21 MB, fp16 and fp32, NHWC and NCHW: 58 cases, 439
+// plans, each timed twice), together with kFusedOverGridCost (see
+// tryLaunchFused): what they pick, clusters or the on-chip grid, is 1.4%
+// slower on average than the fastest of each case (3-fold cross-validation
+// by shape: 1.8-2.3% on the held-out shapes); the previous constants, with
+// the grid from 4 MB, 9.1%.
 FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool generalNHWC, bool nchw) {
     FusedPlan best;
-    double bestCost = 0;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
     while (l % 2 == 0 && g32 > 1) {
         l /= 2;
@@ -620,16 +626,16 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
             const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
             const int64_t waves = ceilDiv(clusters, concurrent);
             const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
-            const double perWave = 2000.0 + (nchw ? 600.0 : 300.0) * vpt + 0.07 * double(busy * threads * vpt) +
-                                   2.8 * double(threads);
-            const double cost = double(waves) * perWave + (K > 1 ? 700.0 : 0.0) + 280.0 * std::log2(double(K));
-            if (!best.ok || cost < bestCost) {
+            const double perWave = 2000.0 + (nchw ? 700.0 : 300.0) * vpt + 0.03 * double(busy * threads * vpt) +
+                                   2.8 * double(threads) + 1.0 * double(busy * threads);
+            const double cost = double(waves) * perWave + (K > 1 ? 500.0 : 0.0) + 320.0 * std::log2(double(K));
+            if (!best.ok || cost < best.cost) {
                 best.ok = true;
                 best.K = K;
                 best.vpt = vpt;
                 best.R = int(R);
                 best.threads = int(threads);
-                bestCost = cost;
+                best.cost = cost;
             }
         }
     }
@@ -685,7 +691,7 @@ int64_t gcd64(int64_t a, int64_t b) {
 }
 
 template <typename T>
-cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_t stream, bool* launched) {
+cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
     const int maxK = dev.ccMajor >= 9 ? 8 : 1;  // thread-block clusters need Hopper
@@ -710,7 +716,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
         plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false, false);
-        if (!plan.ok) return cudaSuccess;
+        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
@@ -721,7 +727,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         if (vs > 32) return cudaSuccess;
         const int64_t sets = p.c / setChannels;
         plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, true, false);
-        if (!plan.ok) return cudaSuccess;
+        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
         a.groupsPerN = int(sets);
@@ -740,7 +746,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
         plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, true, false);
-        if (!plan.ok) return cudaSuccess;
+        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
         a.vp = vp;
@@ -750,7 +756,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
         plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, false, true);
-        if (!plan.ok) return cudaSuccess;
+        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.groupsPerN = int(p.groups);
         a.units = units;
         kernel = pickKernel<T, NCHWKernel>(plan.vpt);
@@ -779,11 +785,11 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, cudaStream_
 
 }  // namespace
 
-cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, cudaStream_t stream, bool* launched) {
+cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched) {
     switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, stream, launched);
-        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, stream, launched);
-        case TRTGN_DTYPE_BFLOAT16: return tryLaunchFusedT<__nv_bfloat16>(p, dev, stream, launched);
+        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, maxCost, stream, launched);
+        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, maxCost, stream, launched);
+        case TRTGN_DTYPE_BFLOAT16: return tryLaunchFusedT<__nv_bfloat16>(p, dev, maxCost, stream, launched);
     }
     *launched = false;
     return cudaSuccess;

@@ -19,8 +19,17 @@ cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* w
 
 // Single pass with the data held in registers (group_norm_fused.cu). Sets
 // *launched = false, without launching anything, where the problem does not
-// fit this path (16-byte vectors needed, groups small enough for a cluster).
-cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, cudaStream_t stream, bool* launched);
+// fit this path (16-byte vectors needed, groups small enough for a cluster)
+// or where its plan's estimated cost is maxCost or more.
+cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream,
+                           bool* launched);
+// The cluster plans' estimated cost (planFused) above which the on-chip grid
+// is faster where it applies (on an H200 the grid takes 8.4-9.9 us at 4-5
+// MB). Fitted with the planner's constants (see planFused): for example
+// 1x512x64x64 fp16 NHWC (4.2 MB) now runs on clusters, 9.8 -> 6.7 us, while
+// 2x320x64x64 NHWC (5.2 MB) stays on the grid (9.9 us; its best cluster plan
+// 9.7, the plan picked 11.0).
+constexpr double kFusedOverGridCost = 8250.0;
 
 // Statistics, finalisation, application: three kernels, any size and
 // alignment (group_norm_two_pass.cu).
