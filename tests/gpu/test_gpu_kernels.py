@@ -115,19 +115,35 @@ def test_wide_and_uncommon_paths(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
 
 
-# Tensors of 4 MB and more take the on-chip path on Hopper: a co-resident grid
-# holding x in shared memory across a grid barrier. Odd group widths, one group, a batch that does
-# not divide the SMs, a pixel row as wide as a block, and a constant input (variance exactly 0).
+# Tensors of 4 MB and more take the on-chip path on Hopper (unless the cluster kernels' plan is
+# estimated faster, see the next test): a co-resident grid holding x in shared memory across a grid
+# barrier. Odd group widths, one group, a batch that does not divide the SMs, a pixel row as wide as
+# a block, and a constant input (variance exactly 0). (fp16/bf16 NCHW of the first two shapes run on
+# clusters; fp32 keeps them on the grid.)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size,groups", [((1, 96, 160, 160), 32), ((3, 320, 48, 48), 32), ((1, 512, 64, 64), 1),
-                                         ((1, 4096, 24, 24), 32), ((2, 256, 64, 64), 256)])
+                                         ((1, 4096, 40, 40), 32), ((2, 256, 112, 112), 256)])
 def test_on_chip_path(dtype, layout, size, groups):
     torch.manual_seed(sum(size) * groups)
     x = (torch.randn(size, device=DEVICE) * 1.5 - 0.25).to(dtype)
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
     const = torch.full(size, -1.75, device=DEVICE, dtype=dtype)
     check(const, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "silu", layout, "constant")
+
+
+# From 4 MB the cluster kernels run where their plan is estimated faster than the on-chip grid
+# (the VAE decoder's 1x512x64x64, SDXL's 2x1280x32x32; 2x320x64x64 NCHW): clusters of 8 blocks with
+# 4-8 vectors a thread, up to 4 blocks an SM. A constant input as well.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size", [(1, 512, 64, 64), (2, 1280, 32, 32), (2, 320, 64, 64)])
+def test_mid_size_cluster_plans(dtype, layout, size):
+    torch.manual_seed(sum(size))
+    x = (torch.randn(size, device=DEVICE) * 1.5 - 0.25).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), 32, 1e-6, "silu", layout, f"{size}")
+    const = torch.full(size, 0.5, device=DEVICE, dtype=dtype)
+    check(const, *affine_for(size[1], "fp32", dtype, DEVICE), 32, 1e-6, "silu", layout, "constant")
 
 
 # Tensors larger than the SMs' shared memory (about 29 MB) and up to 160 MB stream through the
