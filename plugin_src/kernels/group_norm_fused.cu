@@ -598,8 +598,8 @@ struct FusedPlan {
 // barrier and distributed-shared-memory stores, growing with K. The
 // constants are fitted to a sweep of every (K, VPT) on an H200 (29 shapes
 // and dtypes of 0.3-21 MB, fp16 and fp32, NHWC and NCHW: 58 cases, 439
-// plans, each timed twice), together with kFusedOverGridCost (see
-// tryLaunchFused): what they pick, clusters or the on-chip grid, is 1.4%
+// plans, each timed twice), together with kFusedOverGridCost
+// (group_norm_fused.h): what they pick, clusters or the on-chip grid, is 1.4%
 // slower on average than the fastest of each case (3-fold cross-validation
 // by shape: 1.8-2.3% on the held-out shapes); the previous constants, with
 // the grid from 4 MB, 9.1%.
