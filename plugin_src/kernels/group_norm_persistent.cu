@@ -290,7 +290,7 @@ __device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
 // use(load(q), q) for q = 0 .. items-1, U loads in flight; while each batch
 // is in flight, between() does other work (the shared-memory tile).
 // (Issuing the next batch's loads before using the current one, at twice
-// the registers, measured no faster.)
+// the registers, measured no faster for the sums; see streamItemsAhead.)
 template <int U, typename Load, typename Use, typename Between>
 __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, Between between) {
     int64_t q = 0;
@@ -304,6 +304,32 @@ __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, B
     }
     for (; q < items; ++q) use(load(q), q);
 }
+// streamItems with the next batch's loads issued before the current batch is
+// used (twice the registers), so that they stay in flight while the current
+// one is normalised and activated. Used for the NHWC second read where most
+// of the image is head (gnStreamNHWC<T, true>, see the launch); NCHW (1024 threads,
+// 2 in flight) ran 0.5-0.9 us slower with it, so it keeps streamItems.
+template <int U, typename Load, typename Use, typename Between>
+__device__ __forceinline__ void streamItemsAhead(int64_t items, Load load, Use use, Between between) {
+    int64_t q = 0;
+    uint4 d[U];
+    if (items >= U) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) d[u] = load(u);
+    }
+    for (; q + U <= items; q += U) {
+        uint4 next[U];
+        const bool more = q + 2 * U <= items;
+#pragma unroll
+        for (int u = 0; u < U; ++u) next[u] = more ? load(q + U + u) : make_uint4(0, 0, 0, 0);
+        between();
+#pragma unroll
+        for (int u = 0; u < U; ++u) use(d[u], q + u);
+#pragma unroll
+        for (int u = 0; u < U; ++u) d[u] = next[u];
+    }
+    for (; q < items; ++q) use(load(q), q);
+}
 // Tile rows to interleave with each batch of head loads (NHWC), so that the
 // tile's share is spread over the whole head instead of following it: about
 // 1% faster on the VAE shapes; NCHW measured no faster.
@@ -312,7 +338,9 @@ template <int U>
     return headItems >= U ? ceilDiv(tileItems, headItems / U) : 0;
 }
 
-template <typename T>
+// kAhead: the second read loads a batch ahead (streamItemsAhead), chosen at
+// launch where most of the image is head.
+template <typename T, bool kAhead>
 __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
@@ -543,20 +571,23 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
         };
         // The head again, last slabs first (the likeliest still in L2); the
         // pixel of slab q is (jb + q * B) * rowsPerPass + row.
-        // 4 loads in flight, not 8: as fast in a test of this loop alone (32 KB
+        // Batches of 4 loads, not 8: as fast in a test of this loop alone (32 KB
         // in flight an SM cover the latency), and half the unrolled code,
         // which is fetched anew each launch.
         constexpr int kApplyUnroll = 4;
         const int64_t items = rowsHead, last = items - 1;
         const int64_t n = perBatch<kApplyUnroll>(items, rowsKept);
         const int64_t slabPixels = int64_t(a.blocksPer) * rowsPerPass;
-        streamItems<kApplyUnroll>(items, [&](int64_t q) { return __ldcs(&xv[headFirst + (last - q) * headStep]); },
-                    [&](const uint4& d, int64_t q) {
-                        emit(d, int64_t(jb) * rowsPerPass + row + (last - q) * slabPixels);
-                    },
-                    [&] {
-                        for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
-                    });
+        auto load = [&](int64_t q) { return __ldcs(&xv[headFirst + (last - q) * headStep]); };
+        auto use = [&](const uint4& d, int64_t q) { emit(d, int64_t(jb) * rowsPerPass + row + (last - q) * slabPixels); };
+        auto between = [&] {
+            for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
+        };
+        if constexpr (kAhead) {
+            streamItemsAhead<kApplyUnroll>(items, load, use, between);
+        } else {
+            streamItems<kApplyUnroll>(items, load, use, between);
+        }
         for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
     }
 #endif
@@ -998,7 +1029,7 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     if (streaming) {
         if (nhwc) a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
         if (bytes > kMaxStreamBytes) return cudaSuccess;
-        kernel = nhwc ? reinterpret_cast<void*>(&gnStreamNHWC<T>)
+        kernel = nhwc ? reinterpret_cast<void*>(&gnStreamNHWC<T, false>)
                       : reinterpret_cast<void*>(&gnPersistentNCHW<T, true>);
         e = cudaFuncGetAttributes(&fa, kernel);
         if (e != cudaSuccess) return e;
@@ -1010,6 +1041,13 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     if (nhwc && streaming) a.tileCap = std::min<int64_t>(a.tileCap, p.hw / a.blocksPer);
     if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return cudaSuccess;
     a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
+    // Streaming NHWC where at least 3/4 of the image is head: its second read
+    // keeps the next batch in flight while the current one is activated.
+    // H200, fp16/bf16, A/B in three runs: 1x256x512x512 (80% head) -1.1 to
+    // -2.2 us; with it everywhere, 1x128x512x512 and 1x512x256x256 (61%)
+    // were unchanged and 1x256x256x256 (21%) 0.1-0.3 us slower.
+    if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
+        kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
     const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
 
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smemBytes));
