@@ -1043,9 +1043,10 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
     // Streaming NHWC where at least 3/4 of the image is head: its second read
     // keeps the next batch in flight while the current one is activated.
-    // H200, fp16/bf16, A/B in three runs: 1x256x512x512 (80% head) -1.1 to
-    // -2.2 us; with it everywhere, 1x128x512x512 and 1x512x256x256 (61%)
-    // were unchanged and 1x256x256x256 (21%) 0.1-0.3 us slower.
+    // H200, fp16/bf16, A/B, 3 rounds: 1x256x512x512 (80% head) -0.6 to
+    // -1.7 us; with it everywhere (two earlier runs), 1x128x512x512 and
+    // 1x512x256x256 (61%) were unchanged and 1x256x256x256 (21%) 0.1-0.3 us
+    // slower.
     if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
         kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
     const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
