@@ -793,6 +793,7 @@ constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
 // with 8 loads in flight each. (NHWC keeps a vector's channels' state: 100-128.)
 __host__ __device__ constexpr int nchwThreads(bool streaming) { return streaming ? 2 * kThreads : kThreads; }
 static_assert(nchwThreads(true) / 32 * 16 <= 32 * 16, "the warp scratch holds 32 warps' double2");
+static_assert(kNchwTable + 32 <= nchwThreads(false), "warps 1 and up load the gamma/beta table");
 
 template <typename T, bool kStream>
 __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(PersistentArgs a) {
@@ -819,25 +820,37 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     const int64_t kept = vecs - head;
     const T* xs = static_cast<const T*>(a.x) + int64_t(seg) * segLen;
 
-    // gamma/beta of the channels this block touches, while the tile loads.
+    // gamma/beta of the channels this block touches, and k, loaded while the
+    // tile loads. Where the chunk is all on chip, warp 0 loads none of them:
+    // thread 0's barrier-init fence (a release) waits for its own earlier
+    // loads, which would hold back the bulk copy (H200, fp16: 0.1-0.4 us on
+    // the 5-21 MB shapes); warp 0 reads k from shared memory after the
+    // barrier below. (Issuing the copy before all loads was slower: 0.5-0.8
+    // us.)
     const int64_t ch0 = int64_t(g) * a.cpg + e0 / a.hw;
     const int64_t chans = len == 0 ? 0 : (e0 + len - 1) / a.hw - e0 / a.hw + 1;
     const bool tabled = chans <= kNchwTable;
-    if (tabled && t < chans)
-        affine[t] = make_float2(loadAffine<T>(a.gamma, ch0 + t, a.affineFp32, 1.f),
-                                loadAffine<T>(a.beta, ch0 + t, a.affineFp32, 0.f));
-    const float k = toFloat<T>(xs[0]);
+    const int entry = kStream ? t : t - 32;  // the table entry this thread loads
+    if (tabled && entry >= 0 && entry < chans)
+        affine[entry] = make_float2(loadAffine<T>(a.gamma, ch0 + entry, a.affineFp32, 1.f),
+                                    loadAffine<T>(a.beta, ch0 + entry, a.affineFp32, 0.f));
+    __shared__ float kShared;
+    float k = kStream || t >= 32 ? toFloat<T>(xs[0]) : 0.f;
+    if (!kStream && t == 32) kShared = k;
     // Vectors this thread sums from the head and from the tile. Streaming, its
     // shift kt is the first value it sums (its sums run over up to ~2500
     // values); else it is k (at most ~250 values).
     const int64_t vecsHead = kStream && t < head ? (head - 1 - t) / NT + 1 : 0;
     const int64_t vecsKept = t < kept ? (kept - 1 - t) / NT + 1 : 0;
-    const float kt = !kStream                  ? k
+    float kt = !kStream                        ? k
                      : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC])
                                                : 0.f;
     startLoads(tile, reinterpret_cast<const unsigned char*>(xs + e0 + head * VEC), kept, a.pieceLen / VEC, 16, bars,
                kStream);
-    __syncthreads();  // the mbarriers are initialised
+    __syncthreads();  // the mbarriers are initialised, k is in shared memory
+    if constexpr (!kStream) {
+        if (t < 32) kt = k = kShared;
+    }
 
     const uint4* tv = reinterpret_cast<const uint4*>(tile);
     const uint4* xv = reinterpret_cast<const uint4*>(xs + e0);  // vector i of the chunk (the head's source)
