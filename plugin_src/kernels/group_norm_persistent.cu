@@ -656,9 +656,10 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     const int row = t / V, col = t - row * V, c0 = col * VEC;
     const bool active = row < rowsPerPass;
     // k of each group (its first element), read before the barrier: in-place
-    // calls stay correct. Loaded by warp 1 (group g by thread g ^ 32): warp 0
-    // issues the bulk copy first, and its loads would queue behind it, which
-    // the sums would wait for (H200, fp16: 0.2-1.3 us on the 5-21 MB shapes).
+    // calls stay correct. Loaded by warp 1 (group g by thread g ^ 32): loads
+    // that warp 0 issues after thread 0 has issued the bulk copy come back
+    // behind the copy, and the sums wait for k (H200, fp16: 0.2-1.3 us on the
+    // 5-21 MB shapes).
 #pragma unroll 1
     for (int g = t ^ 32; g < a.groups; g += kThreads) gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
     uint32_t gBits[VEC], bBits[VEC];
