@@ -828,8 +828,12 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     // the 5-21 MB shapes); warp 0 reads k from shared memory after the
     // barrier below. (Issuing the copy before all loads was slower: 0.5-0.8
     // us.)
-    const int64_t ch0 = int64_t(g) * a.cpg + e0 / a.hw;
-    const int64_t chans = len == 0 ? 0 : (e0 + len - 1) / a.hw - e0 / a.hw + 1;
+    // Offsets within a segment fit 32 bits (the host makes sure): 32-bit
+    // divisions, a few instructions where a 64-bit one runs a long routine
+    // (see channelOf).
+    const int64_t chBase = uint32_t(e0) / uint32_t(a.hw);
+    const int64_t ch0 = int64_t(g) * a.cpg + chBase;
+    const int64_t chans = len == 0 ? 0 : int64_t(uint32_t(e0 + len - 1) / uint32_t(a.hw)) - chBase + 1;
     const bool tabled = chans <= kNchwTable;
     const int entry = kStream ? t : t - 32;  // the table entry this thread loads
     if (tabled && entry >= 0 && entry < chans)
@@ -919,13 +923,12 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     const float4 st = finishStats(scratch[0].x, scratch[0].y, a.invCount, k, a.eps);
 
     // Vector i of the chunk lies in one channel (H*W is a multiple of VEC):
-    // its scale and shift. Offsets within a group fit 32 bits but in giant
-    // tensors, and a 32-bit division is much cheaper.
-    const int64_t chBase = e0 / a.hw;
-    const bool narrow = segLen <= int64_t(UINT32_MAX);
+    // its scale and shift. A 32-bit division only: with the 64-bit one for
+    // giant segments compiled in as well, the apply loops made the kernel
+    // 1.7-2.3 us slower on the 10-21 MB shapes and 3 us on the VAE 512x512
+    // ones (H200, fp16 and bf16).
     auto channelOf = [&](int64_t i) {  // relative to ch0
-        const int64_t off = e0 + i * VEC;
-        return (narrow ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw) - chBase;
+        return int64_t(uint32_t(e0 + i * VEC) / uint32_t(a.hw)) - chBase;
     };
     auto scaleShift = [&](int64_t ch) {
         const float2 gb = tabled ? affine[ch]
@@ -1020,7 +1023,9 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     } else {
         const int64_t segs = p.n * p.groups;
         const int64_t segLen = p.cpg * p.hw;
-        if (p.hw % VEC != 0 || segs > dev.numSMs) return cudaSuccess;
+        // (A segment's offsets must fit 32 bits; the size limits below keep
+        // them far smaller.)
+        if (p.hw % VEC != 0 || segs > dev.numSMs || segLen > int64_t(UINT32_MAX)) return cudaSuccess;
         const int64_t perSeg = std::max<int64_t>(1, dev.numSMs / segs);
         chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
         a.blocksPer = int(ceilDiv(segLen, chunk));
