@@ -164,6 +164,28 @@ def test_streaming_path(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-6, "none", layout, f"{size} NaN/Inf")
 
 
+# Every (n, group) with its own mean and spread, some at +-1e3 with std 1e-2: an element summed,
+# shifted or normalised with a neighbouring group's statistics would be far off. The NCHW grids
+# cut the tensor into one equal chunk per SM, so most blocks hold the end of one group and the
+# start of the next. In 16 bits the first three take the on-chip grid (2x320x64x64 NCHW the
+# cluster kernels) and the last two stream; in fp32 1x512x128x128 streams as well.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 512, 128, 128), 32), ((2, 320, 64, 64), 32), ((3, 96, 128, 128), 12),
+                                         ((1, 128, 512, 512), 32), ((2, 40, 512, 400), 20)])
+def test_groups_with_distant_means(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) + 7 * groups)
+    n, c, h, w = size
+    seg = torch.arange(n * groups, device=DEVICE, dtype=torch.float64)
+    sign = 1.0 - 2.0 * (seg % 2)
+    far = (seg % 3) == 0
+    mean = torch.where(far, 1e3 * sign, sign * (seg % 7 + 1) * 4.0).view(n, groups, 1, 1, 1)
+    std = torch.where(far, torch.full_like(seg, 1e-2), 0.25 + seg % 5).view(n, groups, 1, 1, 1)
+    x = torch.randn(n, groups, c // groups, h, w, device=DEVICE, dtype=torch.float64) * std + mean
+    x = x.view(size).to(dtype)
+    check(x, *affine_for(c, "x", dtype, DEVICE), groups, 1e-6, "silu", layout, f"{size} G={groups}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
