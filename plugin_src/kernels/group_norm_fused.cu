@@ -512,8 +512,10 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     auto channel = [&](int j) -> int64_t {
         if constexpr (NHWC) return g * a.cpg + lu * VEC + j;
         if (unit(j) >= a.units) return g * a.cpg;  // past the end: never used
-        const int64_t off = unit(j) * VEC;
-        return g * a.cpg + (a.units * VEC < (int64_t(1) << 32) ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
+        // A group a cluster holds has at most 8 * 512 * 16 vectors: a 32-bit
+        // division (with a 64-bit one compiled in for larger offsets, each
+        // unrolled vector carried its code).
+        return g * a.cpg + int64_t(uint32_t(unit(j) * VEC) / uint32_t(a.hw));
     };
     constexpr bool kPrefetch = NHWC || VPT <= 8;
     constexpr int kAff = kPrefetch ? (NHWC ? VEC : VPT) : 1;

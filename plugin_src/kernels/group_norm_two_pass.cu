@@ -271,7 +271,9 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(TwoPassArgs a) {
     }
 }
 
-template <typename T, int VEC>
+// kWide: a group has 2^32 elements or more, so offsets within it need 64-bit
+// divisions (a run-time choice between the two in the loop made it longer).
+template <typename T, int VEC, bool kWide>
 __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
     const int tid = threadIdx.x;
     const int64_t ng = blockIdx.x / a.chunks;
@@ -285,12 +287,11 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
     T* y = static_cast<T*>(a.y) + base;
     const float4 st = a.stats[ng];
     const int64_t c0 = g * a.cpg;
-    const bool small = a.units * VEC < (int64_t(1) << 32);
 
     auto apply = [&](int64_t j, const Raw<T, VEC>& d) {
         // hw % VEC == 0 whenever VEC > 1, so a vector lies in one channel.
         const int64_t off = j * VEC;
-        const int64_t c = c0 + (small ? int64_t(uint32_t(off) / uint32_t(a.hw)) : off / a.hw);
+        const int64_t c = c0 + (kWide ? off / a.hw : int64_t(uint32_t(off) / uint32_t(a.hw)));
         const float s = st.z * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
         const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - st.y * s;
         float out[VEC];
@@ -436,8 +437,9 @@ cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* worksp
         f.kG = p.cpg;
     } else {
         stats = reinterpret_cast<void*>(&gnStatsNCHW<T, VEC>);
-        apply = reinterpret_cast<void*>(&gnApplyNCHW<T, VEC>);
         const int64_t units = p.cpg * p.hw / VEC;
+        apply = units * VEC < (int64_t(1) << 32) ? reinterpret_cast<void*>(&gnApplyNCHW<T, VEC, false>)
+                                                 : reinterpret_cast<void*>(&gnApplyNCHW<T, VEC, true>);
         int bps = 1;
         cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, apply, kThreadsNCHW, 0);
         if (e != cudaSuccess) return e;
