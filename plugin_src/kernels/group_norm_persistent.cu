@@ -256,10 +256,12 @@ struct HeadSplit {
 };
 __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
     HeadSplit h;
+    // 32-bit divisions (a streamed image has < 2^31 pixels): a 64-bit one is
+    // a long routine, run by every thread before its first load.
     h.head = hw - int64_t(blocks) * tileCap;
-    h.full = h.head / rowsPerPass;
+    h.full = uint32_t(h.head) / uint32_t(rowsPerPass);
     h.rem = int(h.head - h.full * rowsPerPass);
-    h.slabQ = h.full / blocks;
+    h.slabQ = uint32_t(h.full) / uint32_t(blocks);
     h.slabR = int(h.full - h.slabQ * blocks);
     return h;
 }
@@ -335,7 +337,8 @@ __device__ __forceinline__ void streamItemsAhead(int64_t items, Load load, Use u
 // 1% faster on the VAE shapes; NCHW measured no faster.
 template <int U>
 [[maybe_unused]] __host__ __device__ constexpr int64_t perBatch(int64_t headItems, int64_t tileItems) {
-    return headItems >= U ? ceilDiv(tileItems, headItems / U) : 0;
+    // 32-bit division: a block's rows are < 2^31
+    return headItems >= U ? (uint32_t(tileItems) + uint32_t(headItems) / U - 1) / (uint32_t(headItems) / U) : 0;
 }
 
 // kAhead: the second read loads a batch ahead (streamItemsAhead), chosen at
@@ -397,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     // This thread's shift kt is the first pixel it sums (head or tile): its
     // sums run over up to ~150 rows.
     const int64_t rowsHead = active ? hs.rowsOf(jb, row) : 0;
-    const int64_t rowsKept = row < kept ? (kept - 1 - row) / rowsPerPass + 1 : 0;
+    const int64_t rowsKept = row < kept ? uint32_t(kept - 1 - row) / uint32_t(rowsPerPass) + 1 : 0;
     uint4 firstRaw = make_uint4(0, 0, 0, 0);
     // This thread's vector of head pixel p is xv[p * V]; its q-th head pixel
     // is (jb + q * B) * rowsPerPass + row.
