@@ -509,25 +509,48 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     // NCHW, the channel of unit j (hw % VEC == 0 on this path, so a vector
     // lies in one channel). Loaded with the data, except NCHW with 16 units
     // a thread, where 32 more registers would spill.
-    auto channel = [&](int j) -> int64_t {
+    // NCHW: units j = 0, 1, ... of a thread are R apart, so their channels
+    // are walked by additions from one division (a division a vector, each
+    // unrolled, was ~16 instructions and a MUFU op). A group a cluster holds
+    // has at most 8 * 512 * 16 vectors: offsets fit 32 bits.
+    struct ChannelWalk {
+        uint32_t q, r, sq, sr, hw;
+        __device__ __forceinline__ uint32_t next() {  // the channel of this unit; moves to the next
+            const uint32_t c = q;
+            r += sr;
+            q += sq;
+            if (r >= hw) {
+                r -= hw;
+                ++q;
+            }
+            return c;
+        }
+    };
+    auto walkChannels = [&] {
+        const uint32_t hw = uint32_t(a.hw), first = uint32_t(unit(0) * VEC), step = uint32_t(a.R * VEC);
+        const uint32_t q = first / hw, sq = step / hw;
+        return ChannelWalk{q, first - q * hw, sq, step - sq * hw, hw};
+    };
+    // The channel of unit j (NHWC: of element j of the thread's vector).
+    auto channel = [&](int j, ChannelWalk& w) -> int64_t {
         if constexpr (NHWC) return g * a.cpg + lu * VEC + j;
-        if (unit(j) >= a.units) return g * a.cpg;  // past the end: never used
-        // A group a cluster holds has at most 8 * 512 * 16 vectors: a 32-bit
-        // division (with a 64-bit one compiled in for larger offsets, each
-        // unrolled vector carried its code).
-        return g * a.cpg + int64_t(uint32_t(unit(j) * VEC) / uint32_t(a.hw));
+        const int64_t c = g * a.cpg + w.next();
+        return unit(j) < a.units ? c : g * a.cpg;  // past the end: never used
     };
     constexpr bool kPrefetch = NHWC || VPT <= 8;
     constexpr int kAff = kPrefetch ? (NHWC ? VEC : VPT) : 1;
     float gamma[kAff], beta[kAff];
     if constexpr (NHWC) {
-        loadAffineVec<T, VEC>(a.gamma, channel(0), a.affineFp32, 1.f, gamma);
-        loadAffineVec<T, VEC>(a.beta, channel(0), a.affineFp32, 0.f, beta);
+        ChannelWalk unused{};
+        loadAffineVec<T, VEC>(a.gamma, channel(0, unused), a.affineFp32, 1.f, gamma);
+        loadAffineVec<T, VEC>(a.beta, channel(0, unused), a.affineFp32, 0.f, beta);
     } else if constexpr (kPrefetch) {
+        ChannelWalk w = walkChannels();
 #pragma unroll
         for (int j = 0; j < kAff; ++j) {
-            gamma[j] = loadAffine<T>(a.gamma, channel(j), a.affineFp32, 1.f);
-            beta[j] = loadAffine<T>(a.beta, channel(j), a.affineFp32, 0.f);
+            const int64_t c = channel(j, w);
+            gamma[j] = loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+            beta[j] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f);
         }
     }
 
@@ -562,12 +585,14 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
             }
         }
     } else {
+        [[maybe_unused]] ChannelWalk w = kPrefetch ? ChannelWalk{} : walkChannels();
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
             if (unit(i) < a.units) {
                 if constexpr (!kPrefetch) {
-                    gamma[0] = loadAffine<T>(a.gamma, channel(i), a.affineFp32, 1.f);
-                    beta[0] = loadAffine<T>(a.beta, channel(i), a.affineFp32, 0.f);
+                    const int64_t c = channel(i, w);
+                    gamma[0] = loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
+                    beta[0] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f);
                 }
                 const Affine f = affineOf(st, gamma[kPrefetch ? i : 0], beta[kPrefetch ? i : 0]);
                 float out[VEC];
