@@ -617,8 +617,8 @@ struct FusedPlan {
 // block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
 // by an estimate of the time. Its terms: a fixed cost per wave; per vector
 // a thread holds, its unrolled code (fetched anew on each launch, so code
-// length costs time: see README) and, NCHW, a division and two affine loads
-// a vector; the data the busiest SM holds; threads a block (barriers over
+// length costs time: see README) and, NCHW, a division (gone since the fit:
+// see ChannelWalk) and two affine loads a vector; the data the busiest SM holds; threads a block (barriers over
 // more warps) and threads the busiest SM runs (more warps queue for the
 // same memory and barriers: with clusters of 8, 160-thread blocks beat
 // 320-thread ones holding twice the vectors by up to 1.4 us); a cluster's
