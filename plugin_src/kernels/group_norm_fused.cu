@@ -531,9 +531,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
         const uint32_t q = first / hw, sq = step / hw;
         return ChannelWalk{q, first - q * hw, sq, step - sq * hw, hw};
     };
-    // The channel of unit j (NHWC: of element j of the thread's vector).
+    // NCHW: the channel of unit j, the next of the walk.
     auto channel = [&](int j, ChannelWalk& w) -> int64_t {
-        if constexpr (NHWC) return g * a.cpg + lu * VEC + j;
         const int64_t c = g * a.cpg + w.next();
         return unit(j) < a.units ? c : g * a.cpg;  // past the end: never used
     };
@@ -541,9 +540,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     constexpr int kAff = kPrefetch ? (NHWC ? VEC : VPT) : 1;
     float gamma[kAff], beta[kAff];
     if constexpr (NHWC) {
-        ChannelWalk unused{};
-        loadAffineVec<T, VEC>(a.gamma, channel(0, unused), a.affineFp32, 1.f, gamma);
-        loadAffineVec<T, VEC>(a.beta, channel(0, unused), a.affineFp32, 0.f, beta);
+        loadAffineVec<T, VEC>(a.gamma, g * a.cpg + lu * VEC, a.affineFp32, 1.f, gamma);
+        loadAffineVec<T, VEC>(a.beta, g * a.cpg + lu * VEC, a.affineFp32, 0.f, beta);
     } else if constexpr (kPrefetch) {
         ChannelWalk w = walkChannels();
 #pragma unroll
@@ -615,21 +613,21 @@ struct FusedPlan {
 
 // Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
 // block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
-// by an estimate of the time. Its terms: a fixed cost per wave; per vector
-// a thread holds, its unrolled code (fetched anew on each launch, so code
+// by an estimate of the time. Its terms: a fixed cost per wave; per vector a
+// thread holds, its unrolled code (fetched anew on each launch, so code
 // length costs time: see README) and, NCHW, a division (gone since the fit:
-// see ChannelWalk) and two affine loads a vector; the data the busiest SM holds; threads a block (barriers over
-// more warps) and threads the busiest SM runs (more warps queue for the
-// same memory and barriers: with clusters of 8, 160-thread blocks beat
-// 320-thread ones holding twice the vectors by up to 1.4 us); a cluster's
-// barrier and distributed-shared-memory stores, growing with K. The
-// constants are fitted to a sweep of every (K, VPT) on an H200 (29 shapes
-// and dtypes of 0.3-21 MB, fp16 and fp32, NHWC and NCHW: 58 cases, 439
-// plans, each timed twice), together with kFusedOverGridCost
-// (group_norm_fused.h): what they pick, clusters or the on-chip grid, is 1.4%
-// slower on average than the fastest of each case (3-fold cross-validation
-// by shape: 1.8-2.3% on the held-out shapes); the previous constants, with
-// the grid from 4 MB, 9.1%.
+// see ChannelWalk) and two affine loads a vector; the data the busiest SM
+// holds; threads a block (barriers over more warps) and threads the busiest
+// SM runs (more warps queue for the same memory and barriers: with clusters
+// of 8, 160-thread blocks beat 320-thread ones holding twice the vectors by
+// up to 1.4 us); a cluster's barrier and distributed-shared-memory stores,
+// growing with K. The constants are fitted to a sweep of every (K, VPT) on
+// an H200 (29 shapes and dtypes of 0.3-21 MB, fp16 and fp32, NHWC and NCHW:
+// 58 cases, 439 plans, each timed twice), together with kFusedOverGridCost
+// (group_norm_fused.h): what they pick, clusters or the on-chip grid, is
+// 1.4% slower on average than the fastest of each case (3-fold
+// cross-validation by shape: 1.8-2.3% on the held-out shapes); the previous
+// constants, with the grid from 4 MB, 9.1%.
 FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool generalNHWC, bool nchw) {
     FusedPlan best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
