@@ -210,4 +210,37 @@ __device__ __forceinline__ float4 finishStats(double s1, double s2, double invCo
 
 __host__ __device__ constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// NCHW: the channels (offset / hw) of offsets first, first + step, ... (next)
+// or first, first - step, ... (prev), walked by additions from one division:
+// a 32-bit division is ~16 instructions and a MUFU op, a 64-bit one ~110.
+// Offsets must fit 32 bits.
+struct ChannelWalk {
+    uint32_t q, r, sq, sr, hw;  // offset = q * hw + r; step = sq * hw + sr
+    __device__ __forceinline__ static ChannelWalk from(uint32_t first, uint32_t step, uint32_t hw) {
+        const uint32_t q = first / hw, sq = step / hw;
+        return ChannelWalk{q, first - q * hw, sq, step - sq * hw, hw};
+    }
+    // The channel of this offset; then moves one step on (next) or back (prev).
+    __device__ __forceinline__ uint32_t next() {
+        const uint32_t c = q;
+        r += sr;
+        q += sq;
+        if (r >= hw) {
+            r -= hw;
+            ++q;
+        }
+        return c;
+    }
+    __device__ __forceinline__ uint32_t prev() {
+        const uint32_t c = q;
+        if (r < sr) {
+            r += hw;
+            --q;
+        }
+        r -= sr;
+        q -= sq;
+        return c;
+    }
+};
+
 }  // namespace trtgn

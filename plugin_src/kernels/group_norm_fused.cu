@@ -510,26 +510,11 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     // lies in one channel). Loaded with the data, except NCHW with 16 units
     // a thread, where 32 more registers would spill.
     // NCHW: units j = 0, 1, ... of a thread are R apart, so their channels
-    // are walked by additions from one division (a division a vector, each
-    // unrolled, was ~16 instructions and a MUFU op). A group a cluster holds
-    // has at most 8 * 512 * 16 vectors: offsets fit 32 bits.
-    struct ChannelWalk {
-        uint32_t q, r, sq, sr, hw;
-        __device__ __forceinline__ uint32_t next() {  // the channel of this unit; moves to the next
-            const uint32_t c = q;
-            r += sr;
-            q += sq;
-            if (r >= hw) {
-                r -= hw;
-                ++q;
-            }
-            return c;
-        }
-    };
+    // are walked (ChannelWalk; a division a vector, each unrolled, was
+    // slower). A group a cluster holds has at most 8 * 512 * 16 vectors:
+    // offsets fit 32 bits.
     auto walkChannels = [&] {
-        const uint32_t hw = uint32_t(a.hw), first = uint32_t(unit(0) * VEC), step = uint32_t(a.R * VEC);
-        const uint32_t q = first / hw, sq = step / hw;
-        return ChannelWalk{q, first - q * hw, sq, step - sq * hw, hw};
+        return ChannelWalk::from(uint32_t(unit(0) * VEC), uint32_t(a.R * VEC), uint32_t(a.hw));
     };
     // NCHW: the channel of unit j, the next of the walk.
     auto channel = [&](int j, ChannelWalk& w) -> int64_t {

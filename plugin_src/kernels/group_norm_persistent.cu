@@ -926,10 +926,10 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     const float4 st = finishStats(scratch[0].x, scratch[0].y, a.invCount, k, a.eps);
 
     // Vector i of the chunk lies in one channel (H*W is a multiple of VEC):
-    // its scale and shift. A 32-bit division only: with the 64-bit one for
-    // giant segments compiled in as well, the apply loops made the kernel
-    // 1.7-2.3 us slower on the 10-21 MB shapes and 3 us on the VAE 512x512
-    // ones (H200, fp16 and bf16).
+    // its scale and shift. A 32-bit division only (offsets within a segment
+    // fit 32 bits): with a 64-bit one compiled into these loops for giant
+    // segments, never taken, the kernel was 1.7-2.3 us slower on the 10-21 MB
+    // shapes and 3 us on the VAE 512x512 ones (H200, fp16 and bf16).
     auto channelOf = [&](int64_t i) {  // relative to ch0
         return int64_t(uint32_t(e0 + i * VEC) / uint32_t(a.hw)) - chBase;
     };
@@ -963,10 +963,14 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     if constexpr (kStream) {
         // The head again, last vectors first (the likeliest still in L2).
         const int64_t items = t < head ? (head - 1 - t) / NT + 1 : 0;
+        // Its vectors are NT apart: their channels are walked back from the
+        // last (ChannelWalk), not divided out one by one (H200: 0.6-1.3 us
+        // on the VAE 512x512 shapes; the tile's loop, which divides only to
+        // see whether the channel changed, measured no faster walked).
         const int64_t last = t + (items - 1) * NT;
-        auto use = [&](const uint4& d, int64_t q) {
-            const int64_t i = last - q * NT;
-            emit(d, i, scaleShift(channelOf(i)));
+        ChannelWalk walk = ChannelWalk::from(uint32_t(e0 + last * VEC), uint32_t(NT * VEC), uint32_t(a.hw));
+        auto use = [&](const uint4& d, int64_t q) {  // q = 0, 1, ...
+            emit(d, last - q * NT, scaleShift(int64_t(walk.prev()) - chBase));
         };
         streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
     }
