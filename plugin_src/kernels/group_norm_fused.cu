@@ -18,7 +18,8 @@
 // is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
 // multiple of the vector (each pixel holds Vs whole vectors of the group).
 // gnFusedSet2, NHWC where a 16-byte vector spans at most two groups (C/G =
-// 10, 20 with fp16), two scalar sums a thread.
+// 10, 20 with fp16), two scalar sums a thread; also sets doubled to two
+// vectors a pixel where one vector would hold a whole set (C/G = 4, 8).
 // gnFusedNHWC, the general NHWC case: a "set" is the smallest run of
 // channels that holds whole groups and whole 16-byte vectors (lcm(C/G, VEC)
 // channels, Vs vectors); each pixel's set is read by Vp = pow2 >= Vs adjacent
@@ -722,7 +723,17 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
 
     FusedPlan plan;
     void* kernel = nullptr;
-    if (p.layout == TRTGN_LAYOUT_NHWC && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
+    // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
+    // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
+    // sector an SM fetches belongs to another cluster. Such sets are doubled
+    // (two vectors, gnFusedSet2, at most VEC groups a set). H200, every plan
+    // timed: fp16 1x256x64x64 6.9 -> 6.0 us, 1x128x128x128 11.3 -> 9.1 us;
+    // priced as doubled sets, fp16 1x256x128x128 and fp32 1x128x128x128 go
+    // to the on-chip grid instead, 17.0 -> 12.1 and 16.4 -> 10.4 us.
+    const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
+    const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
+                       pairSet / p.cpg <= VEC;
+    if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
         plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false, false);
@@ -732,7 +743,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.units = p.hw;
         kernel = pickKernel<T, NHWCGroupKernel>(plan.vpt);
     } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
-        const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
+        const int64_t setChannels = widen ? pairSet : p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return cudaSuccess;
         const int64_t sets = p.c / setChannels;

@@ -168,11 +168,13 @@ def test_streaming_path(dtype, layout, size, groups):
 # share one distribution): an element summed, shifted or normalised with a neighbouring group's
 # statistics, or a block's partial added to the wrong group, would be far off. In 16 bits the first
 # three take the on-chip grid (2x320x64x64 NCHW the cluster kernels) and the last two stream; in
-# fp32 1x512x128x128 streams as well.
+# fp32 1x512x128x128 streams as well. The last three are NHWC sets doubled to two vectors a pixel
+# (C/G = 8 and 4 in 16 bits, 4 and 2 in fp32; several groups a cluster).
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size,groups", [((1, 512, 128, 128), 32), ((2, 320, 64, 64), 32), ((3, 96, 128, 128), 12),
-                                         ((1, 128, 512, 512), 32), ((2, 40, 512, 400), 20)])
+                                         ((1, 128, 512, 512), 32), ((2, 40, 512, 400), 20), ((1, 256, 64, 64), 32),
+                                         ((2, 128, 32, 32), 32), ((3, 64, 24, 24), 32)])
 def test_groups_with_distant_means(dtype, layout, size, groups):
     torch.manual_seed(sum(size) + 7 * groups)
     n, c, h, w = size
