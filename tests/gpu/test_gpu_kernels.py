@@ -227,10 +227,11 @@ def test_nan_and_inf_propagate(dtype, layout, size, groups):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("c,groups,stride,h,w", [(20, 5, 24, 9, 11), (12, 4, 16, 32, 32), (3, 1, 8, 17, 5),
-                                                 (320, 32, 328, 16, 16), (40, 8, 48, 64, 64)])
+                                                 (320, 32, 328, 16, 16), (40, 8, 48, 64, 64), (32, 8, 40, 24, 24)])
 @pytest.mark.parametrize("activation", ["none", "silu"])
 def test_padded_channel_stride(dtype, c, groups, stride, h, w, activation):
-    """NHWC with channel_stride > C (TensorRT's HWC8-style padding): padding is neither read nor written."""
+    """NHWC with channel_stride > C (TensorRT's HWC8-style padding): padding is neither read nor written.
+    (32, 8, 40): sets of one vector a pixel, doubled (C/G = 4)."""
     torch.manual_seed(14)
     n = 2
     xbuf = torch.randn(n, h, w, stride, device=DEVICE).to(dtype)
