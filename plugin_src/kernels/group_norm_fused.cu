@@ -19,7 +19,8 @@
 // multiple of the vector (each pixel holds Vs whole vectors of the group).
 // gnFusedSet2, NHWC where a 16-byte vector spans at most two groups (C/G =
 // 10, 20 with fp16), two scalar sums a thread; also sets doubled to two
-// vectors a pixel where one vector would hold a whole set (C/G = 4, 8).
+// vectors a pixel where one vector would hold a whole set (C/G = 4 or 8 in
+// 16 bits, 2 or 4 in fp32).
 // gnFusedNHWC, the general NHWC case: a "set" is the smallest run of
 // channels that holds whole groups and whole 16-byte vectors (lcm(C/G, VEC)
 // channels, Vs vectors); each pixel's set is read by Vp = pow2 >= Vs adjacent
@@ -726,10 +727,10 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
     // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
     // sector an SM fetches belongs to another cluster. Such sets are doubled
-    // (two vectors, gnFusedSet2, at most VEC groups a set). H200, every plan
-    // timed: fp16 1x256x64x64 6.9 -> 6.0 us, 1x128x128x128 11.3 -> 9.1 us;
-    // priced as doubled sets, fp16 1x256x128x128 and fp32 1x128x128x128 go
-    // to the on-chip grid instead, 17.0 -> 12.1 and 16.4 -> 10.4 us.
+    // (two vectors, gnFusedSet2, at most VEC groups a set). H200, old and new
+    // alternated: fp16 1x256x64x64 6.7 -> 6.0 us, 1x128x128x128 11.25 -> 9.0
+    // us; priced as doubled sets, fp16 1x256x128x128 and fp32 1x128x128x128
+    // go to the on-chip grid instead, 16.8 -> 11.8 and 16.5 -> 10.4 us.
     const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
     const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
                        pairSet / p.cpg <= VEC;

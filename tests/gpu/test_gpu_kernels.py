@@ -168,8 +168,9 @@ def test_streaming_path(dtype, layout, size, groups):
 # share one distribution): an element summed, shifted or normalised with a neighbouring group's
 # statistics, or a block's partial added to the wrong group, would be far off. In 16 bits the first
 # three take the on-chip grid (2x320x64x64 NCHW the cluster kernels) and the last two stream; in
-# fp32 1x512x128x128 streams as well. The last three are NHWC sets doubled to two vectors a pixel
-# (C/G = 8 and 4 in 16 bits, 4 and 2 in fp32; several groups a cluster).
+# fp32 1x512x128x128 streams as well. The last three have NHWC sets of one vector a pixel, doubled
+# to two (several groups a cluster): C/G = 8 and 4 in 16 bits, 4 and 2 in fp32 (1x256x64x64 in fp32
+# and 3x64x24x24 in 16 bits take other kernels).
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size,groups", [((1, 512, 128, 128), 32), ((2, 320, 64, 64), 32), ((3, 96, 128, 128), 12),
