@@ -132,6 +132,19 @@ def test_on_chip_path(dtype, layout, size, groups):
     check(const, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "silu", layout, "constant")
 
 
+# Under 4 MB, shapes that no cluster plan fits (too many pixels a group for a cluster's registers)
+# take the on-chip grid too, not the two-pass kernels: 1x320x80x80 in 16 bits (NHWC), one group
+# (both layouts), one group of 8x8 pixels.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 320, 80, 80), 32), ((1, 320, 64, 80), 1), ((1, 128, 104, 40), 1),
+                                         ((1, 320, 8, 8), 1)])
+def test_small_shapes_without_cluster_plan(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) * groups + 3)
+    x = (torch.randn(size, device=DEVICE) * 1.5 + 0.5).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
+
+
 # From 4 MB the cluster kernels run where their plan is estimated faster than the on-chip grid
 # (the VAE decoder's 1x512x64x64, SDXL's 2x1280x32x32; 2x320x64x64 NCHW): clusters of 8 blocks with
 # 4-8 vectors a thread, up to 4 blocks an SM. A constant input as well.
