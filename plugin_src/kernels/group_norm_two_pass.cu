@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
     const int items = int(f.chunks) * members;  // <= kMaxStatsBlocks * C
     // kFinalizeUnroll loads in flight a thread: NHWC with one group, a block
     // adds up to kMaxStatsBlocks * C partials (1x324x16x16: 256 chunks x 324
-    // channels); H200, fp16, that launch took 76 us with one load in flight,
+    // channels); H200, fp16, the call took 76 us with one load in flight,
     // 57 us with 8 (still slow: see the README's Limitations).
     constexpr int kFinalizeUnroll = 8;
     for (int i0 = tid; i0 < items; i0 += kFinalizeThreads * kFinalizeUnroll) {
