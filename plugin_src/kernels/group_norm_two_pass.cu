@@ -23,6 +23,7 @@ constexpr int kThreads = 512;      // NHWC: 2 blocks an SM
 constexpr int kThreadsNCHW = 256;  // NCHW: 4 blocks an SM (measured faster on the VAE shapes)
 constexpr int kUnroll = 4;       // independent 16-byte loads in flight per thread (apply)
 constexpr int kStatsUnroll = 8;  // the statistics pass keeps less state: more loads in flight
+constexpr int kStatsRunRows = 32 * kStatsUnroll;  // fp32 statistics: rows a thread sums before merging (gnStatsNHWC)
 
 struct TwoPassArgs {
     const void* x;
@@ -60,6 +61,54 @@ struct FinalizeArgs {
 
 // ---------------------------------------------------------------- NHWC ----
 
+// Adds d = x - kt and d^2 to s1, s2 over one thread's rows p, p + step, ...
+// below pEnd; returns their count.
+template <typename T, int VEC>
+__device__ __forceinline__ float sumRun(const T* x, int64_t cs, int64_t p, int64_t pEnd, int64_t step,
+                                        const float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC]) {
+    float cnt = 0.f;
+    for (; p + (kStatsUnroll - 1) * step < pEnd; p += kStatsUnroll * step) {
+        Raw<T, VEC> d[kStatsUnroll];
+#pragma unroll
+        for (int u = 0; u < kStatsUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (p + u * step) * cs);
+#pragma unroll
+        for (int u = 0; u < kStatsUnroll; ++u) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                const float dv = d[u].get(e) - kt[e];
+                s1[e] += dv;
+                s2[e] = fmaf(dv, dv, s2[e]);
+            }
+        }
+        cnt += float(kStatsUnroll);
+    }
+    for (; p < pEnd; p += step) {
+        const Raw<T, VEC> d = loadRaw<T, VEC>(x + p * cs);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const float dv = d.get(e) - kt[e];
+            s1[e] += dv;
+            s2[e] = fmaf(dv, dv, s2[e]);
+        }
+        cnt += 1.f;
+    }
+    return cnt;
+}
+
+// The same over rows p, p + step, ... below pEnd (at least one), shifted by
+// the first of them: kt is set to it and s1, s2 start from zero.
+template <typename T, int VEC>
+__device__ __forceinline__ float shiftedRun(const T* x, int64_t cs, int64_t p, int64_t pEnd, int64_t step,
+                                            float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC]) {
+    const Raw<T, VEC> first = loadRaw<T, VEC>(x + p * cs);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+        kt[e] = first.get(e);
+        s1[e] = s2[e] = 0.f;
+    }
+    return 1.f + sumRun<T, VEC>(x, cs, p + step, pEnd, step, kt, s1, s2);
+}
+
 // Per thread and channel: sums s1, s2 of d = x - k_t, k_t the first value
 // the thread reads (no per-element division, unlike Welford's update). At the
 // end M2 = s2 - s1^2/n; its rounding error is bounded by n * eps * (k_t -
@@ -90,49 +139,47 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         const T* xn = static_cast<const T*>(a.x) + n * a.hw * a.cs;
         const T* x = xn + vg * VEC;
         const int64_t step = a.rows;
-        int64_t p = p0 + row;
-        const Raw<T, VEC> first = loadRaw<T, VEC>(x + p * a.cs);
+        // Sums shifted by the thread's first value kt. 16-bit: one run over
+        // the thread's rows. fp32: runs of up to kStatsRunRows rows, each
+        // merged (Chan) into the thread's (count, mean - kt, M2). One run of
+        // ~500 rows (1x256x1024x1024 fp32) missed fp32's tolerance (1e-5
+        // relative, 1e-6 near zero) on inputs with mean 1e3 and std 1e-2 by up
+        // to 2x; ~250 rows (1x128x1024x1024) passed. Cost, H200: runs of 256
+        // rows 0-1.5%, of 64 rows 1-5.6%, and of 64 rows each shifted by its
+        // own first value (a dependent load a run) 21% (16x320x128x128 fp32).
+        // 16-bit outputs, 2 ulps wide, need no more, and the merge's
+        // registers would spill there.
         float kt[VEC], s1[VEC], s2[VEC];
+        int64_t pEnd = sizeof(T) == 4 ? min(p1, p0 + row + (1 + kStatsRunRows) * step) : p1;
+        cnt = shiftedRun<T, VEC>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2);
+        float rc = 1.f / cnt;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            kt[e] = first.get(e);
-            s1[e] = s2[e] = 0.f;
+            mean[e] = s1[e] * rc;  // relative to kt until the end
+            m2[e] = s2[e] - s1[e] * mean[e];
         }
-        cnt = 1.f;
-        p += step;
-        for (; p + (kStatsUnroll - 1) * step < p1; p += kStatsUnroll * step) {
-            Raw<T, VEC> d[kStatsUnroll];
+        if constexpr (sizeof(T) == 4) {
+            for (int64_t p = pEnd; p < p1; p = pEnd) {
+                pEnd = min(p1, p + kStatsRunRows * step);
 #pragma unroll
-            for (int u = 0; u < kStatsUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (p + u * step) * a.cs);
-#pragma unroll
-            for (int u = 0; u < kStatsUnroll; ++u) {
+                for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = 0.f;
+                const float runCnt = sumRun<T, VEC>(x, a.cs, p, pEnd, step, kt, s1, s2);
+                const float wb = runCnt / (cnt + runCnt);  // the run's weight in the merge
+                rc = 1.f / runCnt;
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) {
-                    const float dv = d[u].get(e) - kt[e];
-                    s1[e] += dv;
-                    s2[e] = fmaf(dv, dv, s2[e]);
+                    const float md = s1[e] * rc, dm = md - mean[e];
+                    m2[e] += (s2[e] - s1[e] * md) + dm * dm * cnt * wb;
+                    mean[e] += dm * wb;
                 }
+                cnt += runCnt;
             }
-            cnt += float(kStatsUnroll);
         }
-        for (; p < p1; p += step) {
-            const Raw<T, VEC> d = loadRaw<T, VEC>(x + p * a.cs);
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                const float dv = d.get(e) - kt[e];
-                s1[e] += dv;
-                s2[e] = fmaf(dv, dv, s2[e]);
-            }
-            cnt += 1.f;
-        }
-        const float rc = 1.f / cnt;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const float md = s1[e] * rc;
             const float kg = toFloat<T>(xn[(vg * VEC + e) / a.cpg * a.cpg]);  // the group's first element
-            mean[e] = (kt[e] - kg) + md;
-            const float m = s2[e] - s1[e] * md;
-            m2[e] = m < 0.f ? 0.f : m;  // rounding; NaN and Inf pass through
+            mean[e] += kt[e] - kg;
+            m2[e] = m2[e] < 0.f ? 0.f : m2[e];  // rounding; NaN and Inf pass through
         }
     }
 
