@@ -159,8 +159,7 @@ def test_mid_size_cluster_plans(dtype, layout, size):
     check(const, *affine_for(size[1], "fp32", dtype, DEVICE), 32, 1e-6, "silu", layout, "constant")
 
 
-# Tensors larger than the SMs' shared memory (about 29 MB) and up to 160 MB stream through the
-# same grid on Hopper: each block keeps the tail of its chunk in shared memory and reads the head
+# Tensors larger than the SMs' shared memory (about 29 MB) stream through the same grid on Hopper: each block keeps the tail of its chunk in shared memory and reads the head
 # twice. One image or several (a batch that does not divide the SMs), odd group widths, one group,
 # and NaN/Inf in the first pixel (a streamed head) and the last (a kept tail). (2, 72, 640, 640)
 # in 16 bits is 78% head in NHWC: its second read loads a batch ahead (as vae-dec-256x512's).
@@ -175,6 +174,39 @@ def test_streaming_path(dtype, layout, size, groups):
     x[0, 0, 0, 0] = float("nan")
     x[-1, -1, -1, -1] = float("inf")
     check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-6, "none", layout, f"{size} NaN/Inf")
+
+
+# The streaming grid's upper limits (Hopper) and the two-pass fp32 statistics beyond them. NHWC
+# streams while a thread's fp32 sums run over at most 256 rows (16 bits) or 160 (fp32), NCHW up to
+# 2 GiB; beyond, two passes, whose fp32 NHWC statistics merge runs of 64 rows. In 16 bits
+# 1x128x1024x1024 (the SDXL VAE decoder's last activations) is ~250 rows a thread. In fp32,
+# 1x128x640x528 is 160 (it streams), and NHWC 1x128x1024x1024 (~500 rows) and 1x256x1024x1024
+# (~1000, 1 GiB) take two passes, where one run of fp32 sums missed the tolerance by up to 2x; NCHW
+# streams all of them. Mean 1e3 and std 1e-2 in fp32 are the hardest case for shifted fp32 sums.
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("dtype,size", [(torch.float16, (1, 128, 1024, 1024)), (torch.bfloat16, (1, 128, 1024, 1024)),
+                                        (torch.float32, (1, 128, 640, 528)), (torch.float32, (1, 128, 1024, 1024)),
+                                        (torch.float32, (1, 256, 1024, 1024))],
+                         ids=["fp16-1x128x1024x1024", "bf16-1x128x1024x1024", "fp32-1x128x640x528",
+                              "fp32-1x128x1024x1024", "fp32-1x256x1024x1024"])
+def test_streaming_limits(dtype, size, layout):
+    numel = size[0] * size[1] * size[2] * size[3]
+    need = 20 * 8 * numel  # x and y, the float64 reference and assert_close's float64 temporaries
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    torch.manual_seed(sum(size) + 3)
+    x = torch.empty(size, device=DEVICE, dtype=torch.float32)
+    if dtype == torch.float32:
+        x.normal_(1e3, 1e-2)
+    else:
+        x.normal_(0.75, 1.5)
+    x = x.to(dtype)
+    weight, bias = affine_for(size[1], "x", dtype, DEVICE)
+    y = run_raw(x, weight, bias, 32, 1e-6, "silu", layout)
+    torch.cuda.synchronize()
+    assert_close(y, group_norm_act_reference(x, weight, bias, 32, 1e-6, "silu"), dtype, what=f"{size}")
 
 
 # Every (n, group) with its own mean and spread, some at +-1e3 with std 1e-2 (elsewhere all groups
