@@ -40,7 +40,7 @@
 // Numerics: a thread sums d = x - k and d^2 in fp32, k the group's first
 // element (read before the barrier, so in-place calls stay correct); blocks'
 // partials are added in double, in a fixed order: every launch gives
-// bit-identical results. Streaming, where a thread sums up to 256 rows (NHWC)
+// bit-identical results. Streaming, where a thread sums up to ~250 rows (NHWC)
 // or ~8000 values (NCHW, 2 GiB), it shifts by its own first value kt instead (see
 // shiftedSums), NCHW adds each 16-byte vector's own sums first, and a block's
 // partial is (mean - k, M2) (NCHW) or the double sums of d and d^2 (NHWC: its
@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
         s2[j] = 0.f;
     }
     // This thread's shift kt is the first pixel it sums (head or tile): its
-    // sums run over up to 256 rows (the launch sees to it).
+    // sums run over up to ~250 rows (the launch sees to it).
     const int64_t rowsHead = active ? hs.rowsOf(jb, row) : 0;
     const int64_t rowsKept = row < kept ? uint32_t(kept - 1 - row) / uint32_t(rowsPerPass) + 1 : 0;
     uint4 firstRaw = make_uint4(0, 0, 0, 0);
@@ -475,8 +475,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     // (mean - k)^2 are added in double: the means are relative to k, so the
     // squares carry no large terms that cancel. No divisions in the loop.
     // (A warp per group in two passes with a division per item took 3 us.)
-    // A streamed chunk has at most 256 rows a thread (see the launch): its row
-    // counts fit 32 bits.
+    // A streamed chunk has a few hundred rows a thread (see the launch): its
+    // row counts fit 32 bits.
     // Rows summed by the threads of row r: head slabs, then tile rows r mod rowsPerPass.
     const int hq = int(hs.fullOf(jb)), hr = hs.partialOf(jb) ? hs.rem : 0;
     const int kq = int(kept) / rowsPerPass, kr = int(kept) - kq * rowsPerPass;
@@ -1033,11 +1033,13 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     // at ~500 rows (1x64x2048x2048, 8x128x512x512 slower), so it stops at 256.
     // fp32 outputs (1e-5 relative, 1e-6 near zero) of inputs with mean 1e3
     // and std 1e-2 missed their tolerance at ~500 rows: fp32 streams up to
-    // 160 rows, about what 160 MB allowed before. NCHW sums each vector first
+    // 160 rows, about what 160 MB allowed before (up to 160 MB everything
+    // streams, as before these limits were measured). NCHW sums each vector first
     // and kept its margin (0.04 of the tolerance at 2 GiB), and beat two
     // passes on every size measured up to 2 GiB (1x128x1024x1024 fp16: 211
     // vs 281 us; 1x128x2048x2048 fp32: 1640 vs 1911 us).
     constexpr int64_t kMaxStreamRowsNhwc = sizeof(T) == 4 ? 160 : 256;
+    constexpr double kStreamBytesAny = 160.0 * (1 << 20);
     constexpr double kMaxStreamBytesNchw = 2.0 * (1 << 30);
     const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
     int64_t blocks = 0, chunk = 0, unitBytes = 0, unitQuantum = 1;
@@ -1082,7 +1084,8 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     if (streaming) {
         if (nhwc) {
             a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
-            if (ceilDiv(chunk, kThreads / (p.c / VEC)) > kMaxStreamRowsNhwc) return cudaSuccess;
+            if (bytes > kStreamBytesAny && ceilDiv(chunk, kThreads / (p.c / VEC)) > kMaxStreamRowsNhwc)
+                return cudaSuccess;
         } else if (bytes > kMaxStreamBytesNchw) {
             return cudaSuccess;
         }
