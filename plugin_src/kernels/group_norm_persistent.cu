@@ -1028,7 +1028,7 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     // How far streaming goes (H200, against the two-pass kernels; the head's
     // second read then comes mostly from DRAM and the on-chip tile saves less
     // and less). NHWC: a thread's fp32 sums run over chunk / rowsPerPass rows
-    // before they go to double. In 16 bits streaming was 6-23% faster up to
+    // before they go to double. In 16 bits streaming was 0-23% faster up to
     // ~250 rows (1x128x1024x1024 fp16: 205 vs 221 us), between -7% and +3%
     // at ~500 rows (1x64x2048x2048, 8x128x512x512 slower), so it stops at 256.
     // fp32 outputs (1e-5 relative, 1e-6 near zero) of inputs with mean 1e3
