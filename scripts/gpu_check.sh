@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU run, in one command for the device machine (H100/H200, no internet):
 # builds the native code for sm_90, then runs the stages named on the command
-# line (default: all), writing logs and results under $OUT.
+# line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [bench] [vae]
+#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [bench] [vae] [floor] [pipeline] [profile]
+#
+# Without stages it runs tests, sanitize, plugin, bench and vae.
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
 set -uo pipefail
@@ -47,6 +49,9 @@ for s in $stages; do
       fi ;;
     pipeline)
       timeout 300 python3 -m trt_gn.cli pipeline --out "$OUT/pipeline" --no-progress 2>&1 | tee "$OUT/pipeline.log" | tail -25 ;;
+    floor)
+      # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).
+      timeout 120 build-gpu/trt_gn_floor_probe 2>&1 | tee "$OUT/floor.log" || rc=1 ;;
     bench)
       timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
     profile)
