@@ -21,6 +21,7 @@
 #include <functional>
 #include <vector>
 
+#include "group_norm_common.cuh"  // the kernels' SiLU (trtgn::activate)
 #include "trt_gn/group_norm.h"
 
 #define CHECK_CUDA(x)                                                                        \
@@ -80,13 +81,7 @@ __global__ void copyVectors(const uint4* __restrict__ x, uint4* __restrict__ y, 
     if (i < vectors) y[i] = x[i];
 }
 
-// SiLU as the kernels compute it: v * rcp(1 + 2^(-v log2 e)).
-__device__ __forceinline__ float silu(float v) {
-    float e, r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -1.4426950408889634f));
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
-    return v * r;
-}
+__device__ __forceinline__ float silu(float v) { return trtgn::activate<__half>(v, TRTGN_ACTIVATION_SILU); }
 
 __global__ void affineSiluNHWC(const uint4* __restrict__ x, uint4* __restrict__ y, const __half* __restrict__ gamma,
                                const __half* __restrict__ beta, long long vectors, int c) {
