@@ -372,7 +372,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
             float out[VEC];
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
+                out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+            activateVec(out, a.act);
             storeVec<T, VEC>(y + pixel(i) * a.cs, out);
         }
     }
@@ -465,7 +466,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
             float out[VEC];
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
+                out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+            activateVec(out, a.act);
             storeVec<T, VEC>(y + unit(i) * a.cs, out);
         }
     }
@@ -565,7 +567,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
                 float out[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; ++e)
-                    out[e] = activate<T>(fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift), a.act);
+                    out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+                activateVec(out, a.act);
                 storeVec<T, VEC>(y + unit(i) * unitStride, out);
             }
         }
@@ -583,7 +586,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
                 float out[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; ++e)
-                    out[e] = activate<T>(fmaf(data[i].getFresh(e) - f.hi, f.scale, f.shift), a.act);
+                    out[e] = fmaf(data[i].getFresh(e) - f.hi, f.scale, f.shift);
+                activateVec(out, a.act);
                 storeVec<T, VEC>(y + unit(i) * VEC, out);
             }
         }

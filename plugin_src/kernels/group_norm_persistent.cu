@@ -570,7 +570,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
             v.s = raw;
             float o[VEC];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - mean[j], scale[j], shift[j]), a.act);
+            for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
+            activateVec(o, a.act);
             storeVec<T, VEC, Cache::kStreaming>(y + r * a.c, o);
         };
         // The head again, last slabs first (the likeliest still in L2); the
@@ -792,7 +793,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
             v.s = tv[r * V + col];
             float o[VEC];
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - mean[j], scale[j], shift[j]), a.act);
+            for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
+            activateVec(o, a.act);
             storeVec<T, VEC>(y + r * a.c, o);
         }
     }
@@ -960,7 +962,8 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         v.s = raw;
         float o[VEC];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - st.x, ss.x, ss.y), a.act);
+        for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - st.x, ss.x, ss.y);
+        activateVec(o, a.act);
         storeVec<T, VEC, kStore>(ys + i * VEC, o);
     };
     int64_t cached = -1;  // consecutive vectors of a thread mostly share a channel

@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
         for (int u = 0; u < kUnroll; ++u) {
             float out[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d[u].get(e) - shiftK[e], scale[e], shift[e]), a.act);
+            for (int e = 0; e < VEC; ++e) out[e] = fmaf(d[u].get(e) - shiftK[e], scale[e], shift[e]);
+            activateVec(out, a.act);
             storeVec<T, VEC, Cache::kStreaming>(y + (p - u * step) * a.cs, out);
         }
     }
@@ -263,7 +264,8 @@ __global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
         const Raw<T, VEC> d = loadRaw<T, VEC, Cache::kStreaming>(x + p * a.cs);
         float out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d.get(e) - shiftK[e], scale[e], shift[e]), a.act);
+        for (int e = 0; e < VEC; ++e) out[e] = fmaf(d.get(e) - shiftK[e], scale[e], shift[e]);
+        activateVec(out, a.act);
         storeVec<T, VEC, Cache::kStreaming>(y + p * a.cs, out);
     }
 }
@@ -343,7 +345,8 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
         const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - st.y * s;
         float out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = activate<T>(fmaf(d.get(e) - st.x, s, b), a.act);
+        for (int e = 0; e < VEC; ++e) out[e] = fmaf(d.get(e) - st.x, s, b);
+        activateVec(out, a.act);
         storeVec<T, VEC, Cache::kStreaming>(y + off, out);
     };
     const int64_t step = blockDim.x;

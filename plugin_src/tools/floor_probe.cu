@@ -21,7 +21,7 @@
 #include <functional>
 #include <vector>
 
-#include "group_norm_common.cuh"  // the kernels' SiLU (trtgn::activate)
+#include "group_norm_common.cuh"  // the kernels' SiLU (trtgn::activateVec)
 #include "trt_gn/group_norm.h"
 
 #define CHECK_CUDA(x)                                                                        \
@@ -81,8 +81,6 @@ __global__ void copyVectors(const uint4* __restrict__ x, uint4* __restrict__ y, 
     if (i < vectors) y[i] = x[i];
 }
 
-__device__ __forceinline__ float silu(float v) { return trtgn::activate<__half>(v, TRTGN_ACTIVATION_SILU); }
-
 __global__ void affineSiluNHWC(const uint4* __restrict__ x, uint4* __restrict__ y, const __half* __restrict__ gamma,
                                const __half* __restrict__ beta, long long vectors, int c) {
     const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
@@ -95,11 +93,16 @@ __global__ void affineSiluNHWC(const uint4* __restrict__ x, uint4* __restrict__ 
     const __half2* gh = reinterpret_cast<const __half2*>(&g4);
     const __half2* bh = reinterpret_cast<const __half2*>(&b4);
     __half2* oh = reinterpret_cast<__half2*>(&o);
+    float f[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const float2 a = __half22float2(vh[j]), g = __half22float2(gh[j]), b = __half22float2(bh[j]);
-        oh[j] = __floats2half2_rn(silu(fmaf(a.x, g.x, b.x)), silu(fmaf(a.y, g.y, b.y)));
+        f[2 * j] = fmaf(a.x, g.x, b.x);
+        f[2 * j + 1] = fmaf(a.y, g.y, b.y);
     }
+    trtgn::activateVec(f, TRTGN_ACTIVATION_SILU);  // the kernels' SiLU
+#pragma unroll
+    for (int j = 0; j < 4; ++j) oh[j] = __floats2half2_rn(f[2 * j], f[2 * j + 1]);
     y[i] = o;
 }
 

@@ -271,6 +271,27 @@ def test_nan_and_inf_propagate(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, "NaN/Inf")
 
 
+# SiLU is taken two values at a time with one reciprocal between them (siluPair in
+# group_norm_common.cuh): 1/a and 1/b as b/(ab) and a/(ab), with 2^(-v log2 e) capped at 2^62. So
+# a NaN, or a pre-activation far below -43 (capped) or -88 (where the uncapped power is inf), must
+# not disturb its partner. With one channel a group the partners in NHWC are neighbouring groups;
+# gamma of +-400 on every other channel pair puts pre-activations of about -1700 to 1700 next to
+# ordinary ones, and one group is NaN. Every layout and kernel family: on-chip cluster sizes, the
+# grid (4 MB and more) and the streaming grid (past ~29 MB).
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size", [(2, 16, 24, 24), (1, 64, 200, 200), (1, 64, 640, 640)])
+def test_silu_pairs_at_extreme_pre_activations(dtype, layout, size):
+    torch.manual_seed(15)
+    c = size[1]
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    ch = torch.arange(c, device=DEVICE)
+    weight = torch.where(ch % 4 == 0, 400.0, torch.where(ch % 4 == 2, -400.0, 1.0))
+    bias = torch.where(ch % 4 == 1, -50.0, 0.0)  # channels 1 mod 4: pre-activations near -50 (capped)
+    x[0, 3, 0, 0] = float("nan")  # group 3; its partners (channel 2, pixels next to it) stay finite
+    check(x, weight, bias, c, 1e-5, "silu", layout, "SiLU pairs at extremes")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("c,groups,stride,h,w", [(20, 5, 24, 9, 11), (12, 4, 16, 32, 32), (3, 1, 8, 17, 5),
                                                  (320, 32, 328, 16, 16), (40, 8, 48, 64, 64), (32, 8, 40, 24, 24)])
