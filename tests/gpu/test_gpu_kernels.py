@@ -273,10 +273,11 @@ def test_nan_and_inf_propagate(dtype, layout, size, groups):
 
 # SiLU is taken two values at a time with one reciprocal between them (siluPair in
 # group_norm_common.cuh): 1/a and 1/b as b/(ab) and a/(ab), with 2^(-v log2 e) capped at 2^62. So
-# a NaN, or a pre-activation far below -43 (capped) or -88 (where the uncapped power is inf), must
-# not disturb its partner. With one channel a group the partners in NHWC are neighbouring groups;
-# gamma of +-400 on every other channel pair puts pre-activations of about -1700 to 1700 next to
-# ordinary ones, and one group is NaN. Every layout and kernel family: on-chip cluster sizes, the
+# a NaN, or a pre-activation below -43 (capped) or -88 (where the uncapped power is inf, and ab with
+# it), must not disturb its partner. With one channel a group, the partners in NHWC are neighbouring
+# groups: beta puts channels 0, 1, 2 mod 4 at pre-activations near +1000, -50 and -1000 next to
+# ordinary ones (channel 3 mod 4), and group 3 is NaN. (Beta, not gamma: a large gamma would scale
+# the normalised values' own rounding past the fp32 tolerance.) Every kernel family: clusters, the
 # grid (4 MB and more) and the streaming grid (past ~29 MB).
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
@@ -286,9 +287,9 @@ def test_silu_pairs_at_extreme_pre_activations(dtype, layout, size):
     c = size[1]
     x = torch.randn(size, device=DEVICE).to(dtype)
     ch = torch.arange(c, device=DEVICE)
-    weight = torch.where(ch % 4 == 0, 400.0, torch.where(ch % 4 == 2, -400.0, 1.0))
-    bias = torch.where(ch % 4 == 1, -50.0, 0.0)  # channels 1 mod 4: pre-activations near -50 (capped)
-    x[0, 3, 0, 0] = float("nan")  # group 3; its partners (channel 2, pixels next to it) stay finite
+    weight = torch.ones(c, device=DEVICE)
+    bias = torch.tensor([1000.0, -50.0, -1000.0, 0.0], device=DEVICE)[ch % 4]
+    x[0, 3, 0, 0] = float("nan")  # group 3; its NHWC partners (channel 2) stay finite
     check(x, weight, bias, c, 1e-5, "silu", layout, "SiLU pairs at extremes")
 
 
