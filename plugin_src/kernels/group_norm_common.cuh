@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "group_norm_launch.h"
 
 namespace trtgn {
@@ -24,6 +26,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(fl
 
 // Elements in one 16-byte access.
 template <typename T> constexpr int kVec16 = 16 / int(sizeof(T));
+template <typename T> constexpr bool kIsBf16 = std::is_same_v<T, __nv_bfloat16>;
 
 // Bit patterns of one element, so that packed vectors never need their
 // address taken (which would move them from registers to local memory).
@@ -171,7 +174,9 @@ __device__ __forceinline__ void siluPair(float& v0, float& v1) {
     v1 *= a0 * r;
 }
 
-// activate() over the N values one thread writes as a vector.
+// activate() over the N values one thread writes as a vector, in pairs
+// (siluPair). Not used by the NCHW grid and the streaming NHWC grid in bf16,
+// which ran slower with pairs (see there).
 template <int N>
 __device__ __forceinline__ void activateVec(float (&o)[N], int act) {
     if (act == TRTGN_ACTIVATION_SILU) {
