@@ -50,13 +50,24 @@ template <> __device__ __forceinline__ uint32_t floatToBits<__nv_bfloat16>(float
 __device__ __forceinline__ uint32_t word(const uint4& u, int i) {
     return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
 }
+__device__ __forceinline__ uint32_t word(const uint2& u, int i) { return i == 0 ? u.x : u.y; }
+__device__ __forceinline__ uint32_t word(uint32_t u, int) { return u; }
+
+// The unsigned type of a BYTES-byte access (one LDG/STG of 4, 8 or 16 bytes).
+template <int BYTES> struct Word;
+template <> struct Word<4> { using type = uint32_t; };
+template <> struct Word<8> { using type = uint2; };
+template <> struct Word<16> { using type = uint4; };
 
 // A raw VEC-element chunk as it sits in memory. VEC * sizeof(T) is 16 bytes
-// (one LDG.128/STG.128) or VEC == 1 (scalar path for unaligned layouts).
-// get(e) must be called with a compile-time e (unrolled loops).
+// (one LDG.128/STG.128), 8 or 4 bytes (NHWC groups of C/G = 10 or 20 halves,
+// read one group at a time: gnFusedGroup), or VEC == 1 (scalar path for
+// unaligned layouts). get(e) must be called with a compile-time e (unrolled
+// loops).
 template <typename T, int VEC> struct Raw {
-    static_assert(VEC == 1 || VEC * sizeof(T) == 16, "VEC must be 1 or a 16-byte vector");
-    using Storage = typename std::conditional<VEC == 1, T, uint4>::type;
+    static constexpr int kBytes = VEC * int(sizeof(T));
+    static_assert(VEC == 1 || kBytes == 4 || kBytes == 8 || kBytes == 16, "VEC must be 1 or a 4, 8 or 16-byte vector");
+    using Storage = typename std::conditional<VEC == 1, T, typename Word<(VEC == 1 ? 4 : kBytes)>::type>::type;
     Storage s;
     __device__ __forceinline__ float get(int e) const {
         if constexpr (VEC == 1) {
@@ -91,13 +102,14 @@ enum class Cache { kDefault, kStreaming };
 
 template <typename T, int VEC, Cache C = Cache::kDefault>
 __device__ __forceinline__ Raw<T, VEC> loadRaw(const T* p) {
+    using S = typename Raw<T, VEC>::Storage;
     Raw<T, VEC> r;
     if constexpr (VEC == 1) {
         r.s = *p;
     } else if constexpr (C == Cache::kStreaming) {
-        r.s = __ldcs(reinterpret_cast<const uint4*>(p));  // last use: evict first
+        r.s = __ldcs(reinterpret_cast<const S*>(p));  // last use: evict first
     } else {
-        r.s = *reinterpret_cast<const uint4*>(p);
+        r.s = *reinterpret_cast<const S*>(p);
     }
     return r;
 }
@@ -107,20 +119,29 @@ __device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
     if constexpr (VEC == 1) {
         *p = fromFloat<T>(f[0]);
     } else {
-        uint32_t w[4];
+        constexpr int kWords = VEC * int(sizeof(T)) / 4;
+        uint32_t w[kWords];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < kWords; ++i) {
             if constexpr (sizeof(T) == 4) {
                 w[i] = floatToBits<T>(f[i]);
             } else {
                 w[i] = floatToBits<T>(f[2 * i]) | (floatToBits<T>(f[2 * i + 1]) << 16);
             }
         }
-        const uint4 u = make_uint4(w[0], w[1], w[2], w[3]);
-        if constexpr (C == Cache::kStreaming) {
-            __stcs(reinterpret_cast<uint4*>(p), u);
+        using S = typename Raw<T, VEC>::Storage;
+        S u;
+        if constexpr (kWords == 4) {
+            u = make_uint4(w[0], w[1], w[2], w[3]);
+        } else if constexpr (kWords == 2) {
+            u = make_uint2(w[0], w[1]);
         } else {
-            *reinterpret_cast<uint4*>(p) = u;
+            u = w[0];
+        }
+        if constexpr (C == Cache::kStreaming) {
+            __stcs(reinterpret_cast<S*>(p), u);
+        } else {
+            *reinterpret_cast<S*>(p) = u;
         }
     }
 }
