@@ -16,7 +16,9 @@
 //
 // gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, where a group
 // is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
-// multiple of the vector (each pixel holds Vs whole vectors of the group).
+// multiple of the vector (each pixel holds Vs whole vectors of the group),
+// the vector 16 bytes or, for groups of 12, 20, 30 or 60 halves a pixel, 8
+// or 4 bytes.
 // gnFusedSet2, NHWC where a 16-byte vector spans at most two groups (C/G =
 // 10, 20 with fp16), two scalar sums a thread; also sets doubled to two
 // vectors a pixel where one vector would hold a whole set (C/G = 4 or 8 in
@@ -39,7 +41,7 @@ namespace cg = cooperative_groups;
 namespace trtgn {
 namespace {
 
-constexpr int kVptChoices[] = {1, 2, 4, 8, 16};
+constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
 
 // At most 512 threads a block, so the compiler may give each thread up to 128
 // registers: the data (4 per 16-byte vector) plus per-element statistics.
@@ -251,26 +253,33 @@ __device__ __forceinline__ Affine affineOf(float4 st, float gamma, float beta) {
 // used instead, they gained only 0-0.15 us.
 template <typename T, int VEC>
 __device__ __forceinline__ void loadAffineVec(const void* p, int64_t c0, bool fp32, float dflt, float (&out)[VEC]) {
-    const bool aligned = reinterpret_cast<uintptr_t>(p) % 16 == 0;
-    if (p != nullptr && aligned && fp32) {
-        const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(p) + c0);
+    // Narrow vectors (gnFusedGroup's NHWC groups of 4 or 8 bytes a pixel)
+    // take the element-wise loads.
+    constexpr bool kWhole = VEC * sizeof(T) == 16;
+    const bool aligned = kWhole && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+    if constexpr (kWhole) {
+        if (p != nullptr && aligned && fp32) {
+            const float4* f = reinterpret_cast<const float4*>(static_cast<const float*>(p) + c0);
 #pragma unroll
-        for (int i = 0; i < VEC / 4; ++i) {
-            const float4 v = __ldg(f + i);
-            out[4 * i] = v.x;
-            out[4 * i + 1] = v.y;
-            out[4 * i + 2] = v.z;
-            out[4 * i + 3] = v.w;
+            for (int i = 0; i < VEC / 4; ++i) {
+                const float4 v = __ldg(f + i);
+                out[4 * i] = v.x;
+                out[4 * i + 1] = v.y;
+                out[4 * i + 2] = v.z;
+                out[4 * i + 3] = v.w;
+            }
+            return;
         }
-    } else if (p != nullptr && aligned) {
-        Raw<T, VEC> r;
-        r.s = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p) + c0));
+        if (p != nullptr && aligned) {
+            Raw<T, VEC> r;
+            r.s = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(p) + c0));
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = r.get(e);
-    } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = loadAffine<T>(p, c0 + e, fp32, dflt);
+            for (int e = 0; e < VEC; ++e) out[e] = r.get(e);
+            return;
+        }
     }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = loadAffine<T>(p, c0 + e, fp32, dflt);
 }
 
 // ---------------------------------------------------------------- NHWC ----
@@ -478,12 +487,14 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
 // NCHW, and NHWC where whole vectors belong to one group (C/G a multiple of
 // VEC): a cluster holds one (n, group), every element of a thread is of that
 // group, so the sums are scalars. A "unit" is a 16-byte vector (NCHW) or a
-// pixel's Vs = (C/G)/VEC vectors of the group (NHWC); thread t owns lane
+// pixel's Vs = (C/G)/VEC vectors of the group (NHWC; VB-byte vectors, VB =
+// 16, or 8 or 4 where a group's bytes a pixel are no multiple of 16); thread t owns lane
 // t % lanes of units t / lanes, t / lanes + rows, ... (consecutive threads
 // read consecutive memory in both layouts).
-template <typename T, int VPT, bool NHWC>
+template <typename T, int VPT, bool NHWC, int VB = 16>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
-    constexpr int VEC = kVec16<T>;
+    static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
+    constexpr int VEC = VB / int(sizeof(T));
     __shared__ float2 red[kMaxWarps];  // see exchangeSums
     __shared__ double2 table[kMaxEntries];
 
@@ -602,6 +613,14 @@ struct FusedPlan {
     double cost = 0;  // the estimate below: about 1 ns a unit on an H200 (0.85-1.2 for half the cases)
 };
 
+// The kernel a plan is for; each prices a vector and a cluster its own way.
+enum class PlanKind {
+    kNHWCGroup,   // gnFusedGroup, NHWC, whole 16-byte vectors of one group a pixel
+    kNHWCSet,     // gnFusedSet2 / gnFusedNHWC: sets of groups, per-element statistics
+    kNCHW,        // gnFusedGroup, NCHW
+    kNHWCNarrow,  // gnFusedGroup, NHWC, one group a pixel in 4- or 8-byte vectors
+};
+
 // Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
 // block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
 // by an estimate of the time. Its terms: a fixed cost per wave; per vector a
@@ -619,7 +638,18 @@ struct FusedPlan {
 // 1.4% slower on average than the fastest of each case (3-fold
 // cross-validation by shape: 1.8-2.3% on the held-out shapes); the previous
 // constants, with the grid from 4 MB, 9.1%.
-FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, bool generalNHWC, bool nchw) {
+// Narrow plans (kNHWCNarrow) have their own cost a vector and a cluster,
+// fitted to a sweep of their (K, VPT) plans (H200, 19 NHWC shapes of 0.3-10
+// MB with C/G = 10, 12, 20, 30 and 60, fp16, bf16 and fp32; 31 cases, each
+// plan timed twice): 2.1% above the fastest of each case on average (2.6%
+// leaving each shape out of the fit in turn), 10.1% without them. Their
+// measured optimum is mostly clusters of 2 for two images, which the other
+// kinds' constants price too high.
+FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, PlanKind kind) {
+    const bool narrow = kind == PlanKind::kNHWCNarrow;
+    const double perVector = kind == PlanKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
+    const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
+    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // what was measured
     FusedPlan best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
     while (l % 2 == 0 && g32 > 1) {
@@ -629,12 +659,13 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
     const int64_t rowQuantum = g32;  // 32 / gcd(lanes, 32)
     for (int K = 1; K <= maxK; K *= 2) {
         for (int vpt : kVptChoices) {
+            if (vpt < minVpt || vpt > maxVpt) continue;
             const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
             const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
             const int64_t threads = R * lanes;
             if (threads > fusedMaxThreads(vpt)) continue;
             if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
-            const int64_t regs = fusedRegs(vpt, generalNHWC);
+            const int64_t regs = fusedRegs(vpt, kind == PlanKind::kNHWCSet);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
             // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
             // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
@@ -642,9 +673,9 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
             const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
             const int64_t waves = ceilDiv(clusters, concurrent);
             const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
-            const double perWave = 2000.0 + (nchw ? 700.0 : 300.0) * vpt + 0.03 * double(busy * threads * vpt) +
+            const double perWave = 2000.0 + perVector * vpt + 0.03 * double(busy * threads * vpt) +
                                    2.8 * double(threads) + 1.0 * double(busy * threads);
-            const double cost = double(waves) * perWave + (K > 1 ? 500.0 : 0.0) + 320.0 * std::log2(double(K));
+            const double cost = double(waves) * perWave + (K > 1 ? perCluster : 0.0) + perLog2K * std::log2(double(K));
             if (!best.ok || cost < best.cost) {
                 best.ok = true;
                 best.K = K;
@@ -658,7 +689,7 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
     return best;
 }
 
-template <typename T, template <typename, int> class Kernel>
+template <typename T, template <typename, int> class Kernel, bool kWith32 = false>
 void* pickKernel(int vpt);
 
 template <typename T, int VPT>
@@ -678,8 +709,20 @@ struct NHWCGroupKernel {
     static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true>); }
 };
 
-template <typename T, template <typename, int> class Kernel>
+template <typename T, int VPT>
+struct NHWCGroup4Kernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true, 4>); }
+};
+template <typename T, int VPT>
+struct NHWCGroup8Kernel {
+    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true, 8>); }
+};
+
+template <typename T, template <typename, int> class Kernel, bool kWith32>
 void* pickKernel(int vpt) {
+    if constexpr (kWith32) {
+        if (vpt == 32) return Kernel<T, 32>::get();
+    }
     switch (vpt) {
         case 1: return Kernel<T, 1>::get();
         case 2: return Kernel<T, 2>::get();
@@ -725,7 +768,6 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     a.act = int(p.act);
     a.affineFp32 = p.affineFp32;
     if (p.n > 65535 || p.c > (int64_t(1) << 30)) return cudaSuccess;
-
     FusedPlan plan;
     void* kernel = nullptr;
     // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
@@ -738,10 +780,38 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
     const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
                        pairSet / p.cpg <= VEC;
-    if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
+    // NHWC groups whose channels fill no whole 16-byte vector a pixel but
+    // whole 8-byte ones (C/G = 12, 20, 60 halves; 10 floats), or at least 8
+    // 4-byte ones (C/G = 30 halves): one group a cluster, read in 8- or
+    // 4-byte vectors, instead of the sets below (several groups a cluster,
+    // fewer and larger clusters). H200, fp16, the plans picked: 2x640x32x32
+    // 5.8-6.0 -> 5.5 us, 2x640x16x16 4.2 -> 3.55, 2x1920x16x16 5.8 -> 4.5,
+    // 2x1920x32x32 10.1 -> 8.55, 2x960x32x32 8.3 -> 6.65. With 5 lanes of 4
+    // bytes (C/G = 10 halves: 20 bytes a pixel) they were 0.1-5 us slower
+    // than the sets or the grid on 5 of 6 shapes.
+    const int64_t groupBytes = p.cpg * int64_t(sizeof(T));
+    const int narrowBytes = groupBytes % 8 == 0 ? 8 : 4;
+    const int64_t narrowLanes = groupBytes / narrowBytes;
+    const bool narrowGroups = p.layout == TRTGN_LAYOUT_NHWC && groupBytes % 16 != 0 && groupBytes % 4 == 0 &&
+                              narrowLanes <= 32 &&
+                              (narrowBytes == 8 ? narrowLanes >= 2 : sizeof(T) == 2 && narrowLanes >= 8);
+    // Where they have no plan under maxCost, the sets below are tried.
+    if (narrowGroups)
+        plan = planFused(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCNarrow);
+    if (narrowGroups && plan.ok && plan.cost < maxCost) {
+        a.vs = int(narrowLanes);
+        a.groupsPerN = int(p.groups);
+        a.units = p.hw;
+        if constexpr (sizeof(T) == 2) {
+            kernel = narrowBytes == 4 ? pickKernel<T, NHWCGroup4Kernel, true>(plan.vpt)
+                                      : pickKernel<T, NHWCGroup8Kernel, true>(plan.vpt);
+        } else {
+            kernel = pickKernel<T, NHWCGroup8Kernel, true>(plan.vpt);
+        }
+    } else if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
-        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, false, false);
+        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCGroup);
         if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
@@ -752,7 +822,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return cudaSuccess;
         const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, true, false);
+        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, PlanKind::kNHWCSet);
         if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -771,7 +841,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         int vp = 1;
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, true, false);
+        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, PlanKind::kNHWCSet);
         if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -781,7 +851,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         kernel = pickKernel<T, NHWCKernel>(plan.vpt);
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
-        plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, false, true);
+        plan = planFused(units, 1, p.n * p.groups, dev.numSMs, maxK, PlanKind::kNCHW);
         if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
         a.groupsPerN = int(p.groups);
         a.units = units;

@@ -234,6 +234,38 @@ def test_groups_with_distant_means(dtype, layout, size, groups):
     check(x, *affine_for(c, "x", dtype, DEVICE), groups, 1e-6, "silu", layout, f"{size} G={groups}")
 
 
+# NHWC groups of 12, 20, 30 or 60 halves (10 or 30 floats) a pixel hold no whole 16-byte vector: one
+# group a cluster, read in 8- or 4-byte vectors (gnFusedGroup with VB = 8 or 4), in clusters of 1-8
+# blocks with 2-32 vectors a thread and 3-15 lanes a pixel. (In fp32 most of these are whole
+# vectors; (2, 320, 32, 32) in fp16 takes the sets instead: 20 bytes a pixel.) Groups with distant
+# means (each cluster shifts by its own group's first value), a NaN group and an infinite value
+# in another image, and a constant input. The first value of each group is set to its group's mean:
+# a first value 3 std from the mean (every kernel's shift) costs up to ~4e-6 of the variance in
+# fp32 sums, enough to put a 16-bit output near zero just past the 1e-6 absolute tolerance (README,
+# Limitations); this test is about the narrow vectors' indexing and per-group shifts.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("size,groups", [((2, 640, 32, 32), 32), ((1, 640, 32, 32), 32), ((2, 640, 16, 16), 32),
+                                         ((2, 1920, 16, 16), 32), ((2, 1920, 32, 32), 32), ((2, 960, 32, 32), 32),
+                                         ((1, 384, 24, 24), 32), ((3, 640, 7, 9), 32), ((1, 640, 64, 64), 32),
+                                         ((2, 36, 40, 40), 3), ((1, 20, 128, 128), 1), ((2, 320, 32, 32), 32)])
+def test_narrow_vector_groups(dtype, size, groups):
+    torch.manual_seed(sum(size) + 5 * groups)
+    n, c, h, w = size
+    seg = torch.arange(n * groups, device=DEVICE, dtype=torch.float64)
+    mean = torch.where(seg % 3 == 0, 1e3 * (1.0 - 2.0 * (seg % 2)), seg % 7 - 3.0).view(n, groups, 1, 1, 1)
+    std = torch.where(seg % 3 == 0, torch.full_like(seg, 1e-2), 0.5 + seg % 4).view(n, groups, 1, 1, 1)
+    x = torch.randn(n, groups, c // groups, h, w, device=DEVICE, dtype=torch.float64) * std + mean
+    x[:, :, 0, 0, 0] = mean.view(n, groups)
+    x = x.view(size).to(dtype)
+    check(x, *affine_for(c, "x", dtype, DEVICE), groups, 1e-6, "silu", "nhwc", f"{size} G={groups}")
+    x = torch.randn(size, device=DEVICE).to(dtype)
+    x[0, 1, h - 1, 0] = float("nan")  # group 0 of image 0 (or its only group)
+    x[n - 1, c - 1, 0, w - 1] = float("inf")  # the last group of the last image
+    check(x, *affine_for(c, "fp32", dtype, DEVICE), groups, 1e-5, "silu", "nhwc", "NaN/Inf")
+    const = torch.full(size, -0.75, device=DEVICE, dtype=dtype)
+    check(const, *affine_for(c, "fp32", dtype, DEVICE), groups, 1e-5, "silu", "nhwc", "constant")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size", [(2, 320, 32, 32), (1, 128, 256, 256)])
@@ -295,11 +327,12 @@ def test_silu_pairs_at_extreme_pre_activations(dtype, layout, size):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("c,groups,stride,h,w", [(20, 5, 24, 9, 11), (12, 4, 16, 32, 32), (3, 1, 8, 17, 5),
-                                                 (320, 32, 328, 16, 16), (40, 8, 48, 64, 64), (32, 8, 40, 24, 24)])
+                                                 (320, 32, 328, 16, 16), (40, 8, 48, 64, 64), (32, 8, 40, 24, 24),
+                                                 (640, 32, 648, 16, 16)])
 @pytest.mark.parametrize("activation", ["none", "silu"])
 def test_padded_channel_stride(dtype, c, groups, stride, h, w, activation):
     """NHWC with channel_stride > C (TensorRT's HWC8-style padding): padding is neither read nor written.
-    (32, 8, 40): sets of one vector a pixel, doubled (C/G = 4)."""
+    (32, 8, 40): sets of one vector a pixel, doubled (C/G = 4); (640, 32, 648): groups in 8-byte vectors (16 bits)."""
     torch.manual_seed(14)
     n = 2
     xbuf = torch.randn(n, h, w, stride, device=DEVICE).to(dtype)
