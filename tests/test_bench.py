@@ -40,11 +40,54 @@ def test_bench_without_gpu_is_one_clear_line(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_bench_bad_options(capsys):
+def test_bench_bad_options(capsys, tmp_path):
     assert main(["bench", "--shapes", "nope"]) == 2
     assert "unknown shape(s) nope" in capsys.readouterr().err
     assert main(["bench", "--dtypes", "fp8"]) == 2
     assert "unknown dtype 'fp8'" in capsys.readouterr().err
+    # reported the same with or without a GPU, before anything is timed or written
+    assert main(["bench", "--rounds", "0", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "trt-gn bench: error: --rounds must be >= 1, got 0\n"
+    assert main(["bench", "--replays", "29", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "trt-gn bench: error: --replays must be >= 30, got 29\n"
+    assert main(["bench", "--layouts", "nhcw", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "trt-gn bench: error: unknown layout 'nhcw'; expected one of nhwc, nchw\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rounds_keep_each_variants_fastest():
+    # A disturbed GPU slows one round: the copy's second round and the kernel's first here.
+    script = {"copy": [10.0, 30.0], "kernel": [25.0, 20.0], "steady": [5.0, 5.0]}
+    calls = []
+
+    def timer(fn, replays):
+        calls.append((fn, replays))
+        return script[fn].pop(0)
+
+    timed = bench.fastest_of_rounds({"copy": "copy", "kernel": "kernel", "steady": "steady"}, 2, 40, timer)
+    assert timed == {"copy": (10.0, 2.0), "kernel": (20.0, 0.25), "steady": (5.0, 0.0)}
+    # the variants alternate: a round times each once, in order
+    assert calls == [("copy", 40), ("kernel", 40), ("steady", 40)] * 2
+    assert bench.fastest_of_rounds({"a": "a"}, 1, 30, lambda fn, r: 7.0) == {"a": (7.0, 0.0)}
+
+
+def test_unsteady_rounds_are_marked():
+    rows = _rows()
+    assert bench.unsteady_note(rows) is None
+    rows[0].round_spread = 0.05  # within UNSTEADY: no mark
+    rows[1].round_spread = 0.4
+    rows[3].round_spread = 0.2  # the second shape's copy
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(bench.render_table(rows))
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in console.export_text().splitlines()
+             if "fp16" in line]
+    assert cells[0][2:4] == ["10.0", "15.0* (1.50x)"] and cells[1][2:4] == ["10.0*", "15.0 (1.50x)"]
+    assert cells[0][4] == cells[1][4] == "120.0 (12.00x)"
+    assert bench.unsteady_note(rows) == (
+        "* 2 time(s) differed by more than 10% between rounds (worst: sd15-unet-320x64 fp16 trt_gn NHWC, 40%): "
+        "the GPU was disturbed during one; the faster round is shown. Run again if the marked ratios matter.")
 
 
 def _rows():

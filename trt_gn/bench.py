@@ -5,6 +5,11 @@ Each variant is timed as LAUNCHES launches captured once in a CUDA graph; the gr
 median replay time / LAUNCHES. Data is random (torch.randn). Small shapes stay in L2 between
 launches for the copy and the kernels alike, so their ratios compare like with like but are not
 DRAM-bound numbers.
+
+Each (shape, dtype) is timed in ROUNDS rounds, every variant once a round in turn, and each variant
+keeps its fastest round: a GPU disturbed for a second or two (clocks, a neighbour) then slows one
+round, not the reported time or the copy every ratio divides by. Where a variant's rounds differ by
+more than UNSTEADY, the table marks it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from .shapes import Shape, select_shapes
 LAUNCHES = 20
 MIN_REPLAYS = 30
 WARMUP_REPLAYS = 5
+ROUNDS = 2
+UNSTEADY = 0.10  # rounds further apart than this (relative) are marked in the table
 DTYPES = ("fp16", "bf16")
 LAYOUTS = ("nhwc", "nchw")
 L2_NOTE = (
@@ -55,6 +62,7 @@ class Row:
     ratio_to_copy: float
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    round_spread: float | None = None  # slowest round / fastest round - 1
 
 
 def _torch_dtype(name: str):
@@ -121,20 +129,37 @@ def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     return launch
 
 
-def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None) -> list[Row]:
+def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None) -> dict[str, tuple[float, float]]:
+    """Time every variant once a round, in turn, for `rounds` rounds.
+
+    Returns {name: (fastest round's us per launch, slowest / fastest - 1)}. `timer(fn, replays)`
+    defaults to time_per_launch_us.
+    """
+    timer = timer or time_per_launch_us
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            times[name].append(timer(fn, replays))
+    return {name: (min(ts), max(ts) / min(ts) - 1.0) for name, ts in times.items()}
+
+
+def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None, rounds: int = ROUNDS) -> list[Row]:
     import torch
     import torch.nn.functional as F
 
     from . import _lib
     from .reference import group_norm_act_reference, max_errors
 
-    if not torch.cuda.is_available():
-        raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
+    # The arguments first: a bad option is reported the same with or without a GPU.
     if replays < MIN_REPLAYS:
         raise BenchError(f"--replays must be >= {MIN_REPLAYS}, got {replays}")
+    if rounds < 1:
+        raise BenchError(f"--rounds must be >= 1, got {rounds}")
     for layout in layouts:
         if layout not in LAYOUTS:
             raise BenchError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    if not torch.cuda.is_available():
+        raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
     try:
         _lib.load()
     except (FileNotFoundError, OSError, ImportError) as e:
@@ -144,7 +169,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None)
     rows: list[Row] = []
     task = None
     if progress is not None:
-        task = progress.add_task("benchmark", total=len(shapes) * len(torch_dtypes) * (1 + 2 * len(layouts)))
+        task = progress.add_task("benchmark", total=len(shapes) * len(torch_dtypes) * rounds * (1 + 2 * len(layouts)))
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in shapes:
         for dtype_name, dtype in torch_dtypes:
@@ -154,36 +179,40 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None)
             meta = dict(shape=shape.name, n=shape.n, c=shape.c, h=shape.h, w=shape.w,
                         groups=shape.groups, eps=shape.eps, dtype=dtype_name)
 
-            def step(label):
-                if progress is not None:
-                    progress.update(task, advance=1, description=f"{shape.name} {dtype_name} {label}")
-
+            # Every variant with its buffers, in table order; all live for the rounds.
             y_copy = torch.empty_like(x)
-            copy_us = time_per_launch_us(lambda: y_copy.copy_(x), replays)
-            rows.append(Row(**meta, impl=COPY, us_per_launch=copy_us, ratio_to_copy=1.0))
-            del y_copy
-            step(COPY)
-
-            ref = group_norm_act_reference(x, weight, bias, shape.groups, shape.eps, "silu")
+            variants = {COPY: lambda: y_copy.copy_(x)}
+            outputs = {}
+            inputs = {layout: x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
+                      for layout in layouts}
             for layout in layouts:
-                xl = x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
-                y = torch.empty_like(xl)
-                launch = _kernel_launcher(xl, y, weight, bias, shape, layout)
-                us = time_per_launch_us(launch, replays)
-                abs_err, rel_err = max_errors(y, ref)
-                rows.append(Row(**meta, impl=OURS[layout], us_per_launch=us, ratio_to_copy=us / copy_us,
-                                max_abs_err=abs_err, max_rel_err=rel_err))
-                del y, launch
-                step(OURS[layout])
-            del ref
+                outputs[layout] = torch.empty_like(inputs[layout])
+                variants[OURS[layout]] = _kernel_launcher(inputs[layout], outputs[layout], weight, bias, shape, layout)
             for layout in ("nchw", "nhwc"):
-                if layout not in layouts:
-                    continue
-                xl = x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
-                us = time_per_launch_us(lambda: F.silu(F.group_norm(xl, shape.groups, weight, bias, shape.eps)), replays)
-                rows.append(Row(**meta, impl=TORCH[layout], us_per_launch=us, ratio_to_copy=us / copy_us))
-                step(TORCH[layout])
-            del x
+                if layout in layouts:
+                    xl = inputs[layout]
+                    variants[TORCH[layout]] = (
+                        lambda xl=xl: F.silu(F.group_norm(xl, shape.groups, weight, bias, shape.eps)))
+
+            def timer(fn, replays):
+                us = time_per_launch_us(fn, replays)
+                if progress is not None:
+                    name = next(k for k, v in variants.items() if v is fn)
+                    progress.update(task, advance=1, description=f"{shape.name} {dtype_name} {name}")
+                return us
+
+            timed = fastest_of_rounds(variants, rounds, replays, timer)
+            copy_us = timed[COPY][0]
+            ref = group_norm_act_reference(x, weight, bias, shape.groups, shape.eps, "silu")
+            for name, (us, spread) in timed.items():
+                errs = {}
+                for layout in layouts:
+                    if name == OURS[layout]:
+                        abs_err, rel_err = max_errors(outputs[layout], ref)
+                        errs = dict(max_abs_err=abs_err, max_rel_err=rel_err)
+                rows.append(Row(**meta, impl=name, us_per_launch=us, ratio_to_copy=us / copy_us,
+                                round_spread=spread if rounds > 1 else None, **errs))
+            del x, y_copy, variants, outputs, inputs, ref
             torch.cuda.empty_cache()
     return rows
 
@@ -256,7 +285,8 @@ def render_table(rows: list[Row]):
     from rich.table import Table
 
     impls = impl_order(rows)
-    table = Table(title=f"GroupNorm+SiLU: us per launch (x copy time); median of graph replays / {LAUNCHES}")
+    table = Table(title=f"GroupNorm+SiLU: us per launch (x copy time); median of graph replays / {LAUNCHES}, "
+                  "fastest round")
     table.add_column("shape", no_wrap=True)
     table.add_column("dtype", no_wrap=True)
     for impl in impls:
@@ -268,12 +298,13 @@ def render_table(rows: list[Row]):
         cells = []
         for impl in impls:
             r = by_impl.get(impl)
+            mark = "*" if r is not None and r.round_spread is not None and r.round_spread > UNSTEADY else ""
             if r is None:
                 cells.append("-")
             elif impl == COPY:
-                cells.append(f"{r.us_per_launch:.1f}")
+                cells.append(f"{r.us_per_launch:.1f}{mark}")
             else:
-                cells.append(f"{r.us_per_launch:.1f} ({r.ratio_to_copy:.2f}x)")
+                cells.append(f"{r.us_per_launch:.1f}{mark} ({r.ratio_to_copy:.2f}x)")
         errs = [r for r in by_impl.values() if r.max_abs_err is not None]
         err = "-"
         if errs:
@@ -282,7 +313,19 @@ def render_table(rows: list[Row]):
     return table
 
 
-def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, out_dir="bench-out") -> list[Row]:
+def unsteady_note(rows: list[Row]) -> str | None:
+    """The footnote for cells marked '*' (rounds further apart than UNSTEADY), or None."""
+    marked = [r for r in rows if r.round_spread is not None and r.round_spread > UNSTEADY]
+    if not marked:
+        return None
+    worst = max(marked, key=lambda r: r.round_spread)
+    return (f"* {len(marked)} time(s) differed by more than {UNSTEADY:.0%} between rounds (worst: {worst.shape} "
+            f"{worst.dtype} {worst.impl}, {worst.round_spread:.0%}): the GPU was disturbed during one; the faster "
+            "round is shown. Run again if the marked ratios matter.")
+
+
+def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, out_dir="bench-out",
+         rounds=ROUNDS) -> list[Row]:
     """Run, print the table and write <out_dir>/bench.csv and <out_dir>/bench.png."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -297,11 +340,14 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         _torch_dtype(d)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
-        rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress)
+        rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds)
     import torch
 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     console.print(render_table(rows))
+    note = unsteady_note(rows)
+    if note:
+        console.print(note)
     console.print(L2_NOTE)
     out = Path(out_dir)
     write_csv(rows, out / "bench.csv")

@@ -25,7 +25,18 @@ def test_bench_one_shape(tmp_path, capsys):
                      (bench.COPY, *bench.OURS.values(), *bench.TORCH.values())}
     for r in rows:
         assert float(r["us_per_launch"]) > 0
+        assert float(r["round_spread"]) >= 0  # two rounds by default: the slower one's excess
         if r["impl"] in bench.OURS.values():
             assert float(r["max_abs_err"]) < 0.1  # the GPU correctness tests hold the exact bound
     pytest.importorskip("matplotlib")
     assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_bench_one_round(tmp_path, capsys):
+    assert main(["bench", "--shapes", "sd15-unet-1280x8", "--dtypes", "fp16", "--layouts", "nhwc", "--rounds", "1",
+                 "--out", str(tmp_path)]) == 0
+    assert "differed by more than" not in capsys.readouterr().out  # one round: nothing to compare
+    with open(tmp_path / "bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["impl"] for r in rows] == [bench.COPY, bench.OURS["nhwc"], bench.TORCH["nhwc"]]
+    assert all(r["round_spread"] == "" for r in rows)

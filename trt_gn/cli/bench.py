@@ -24,14 +24,14 @@ Needs a CUDA GPU. exit codes: 0 done; 2 bad arguments or no GPU."""
 
 
 def register(subparsers) -> None:
-    from ..bench import DTYPES, LAYOUTS, MIN_REPLAYS
+    from ..bench import DTYPES, LAYOUTS, MIN_REPLAYS, ROUNDS
     from ..shapes import SHAPES
 
     p = subparsers.add_parser(
         "bench",
         help="benchmark the kernels vs torch eager GroupNorm+SiLU vs a device copy",
-        description="Times each variant as 20 launches in one CUDA graph, median of the replays; "
-        "prints a table, writes bench.csv and bench.png.",
+        description="Times each variant as 20 launches in one CUDA graph, median of the replays, in rounds "
+        "that alternate the variants (the fastest round counts); prints a table, writes bench.csv and bench.png.",
         epilog=EPILOG,
         formatter_class=_Formatter,
     )
@@ -40,6 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--dtypes", type=_csv, default=",".join(DTYPES), help="comma-separated: fp16, bf16, fp32")
     p.add_argument("--layouts", type=_csv, default=",".join(LAYOUTS), help="comma-separated: nhwc, nchw")
     p.add_argument("--replays", type=int, default=MIN_REPLAYS, help=f"graph replays timed (>= {MIN_REPLAYS})")
+    p.add_argument("--rounds", type=int, default=ROUNDS,
+                   help="times each variant is timed, in turn with the others; the fastest round counts (>= 1)")
     p.add_argument("--out", default="bench-out", help="folder for bench.csv and bench.png")
     p.set_defaults(func=run)
 
@@ -48,7 +50,7 @@ def run(args) -> int:
     from ..bench import BenchError, main
 
     try:
-        main(args.shapes, args.dtypes, args.layouts, args.replays, args.out)
+        main(args.shapes, args.dtypes, args.layouts, args.replays, args.out, args.rounds)
     except BenchError as e:
         print_error("trt-gn bench", str(e))
         return 2
