@@ -3,7 +3,8 @@
 //   1. statistics: about one wave of blocks, each walks a chunk of pixels
 //      (NHWC: whole pixel rows, so every warp reads contiguous memory) and
 //      keeps per-thread shifted sums per channel; a block writes one
-//      (mean, M2) partial per channel (NHWC) or per group (NCHW);
+//      (mean, M2) partial per group (NCHW; NHWC where no group straddles two
+//      of its column slices) or per channel (other NHWC);
 //   2. finalisation: one warp per (n, group) merges its partials (Chan) into
 //      mean and 1/sqrt(var + eps);
 // Statistics are taken of d = x - k, k the group's first element, so that
@@ -39,6 +40,7 @@ struct TwoPassArgs {
     int chunks;          // chunks per image (NHWC) / per group (NCHW)
     int vb;              // NHWC: vectors per block row
     int rows;            // NHWC: pixel rows per block
+    bool groupPartials;  // NHWC: a block's channels are whole groups: one partial per group, not per channel
     float eps;
     int act;
     bool affineFp32;
@@ -211,7 +213,35 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         }
     }
     __syncthreads();
-    if (row == 0 && active) {
+    if (a.groupPartials) {
+        // The block's channels are whole groups: a warp merges each group's
+        // channels (equal counts, means relative to the group's k) in double
+        // into one partial, so that the finaliser adds chunks partials a
+        // group, not chunks x channels (one group of 324 channels: 256 x 324
+        // for one block, 57-111 us).
+        const int64_t c0 = int64_t(blockIdx.y) * width;
+        const int cpg = int(a.cpg);
+        const int groupsHere = int(min(int64_t(width), a.c - c0)) / cpg;
+        const double nc = double(p1 - p0);  // every channel's count: the chunk's pixels
+        float2* out = a.partials + (n * a.chunks + chunk) * a.groups + c0 / cpg;
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int gl = warp; gl < groupsHere; gl += kThreads / 32) {
+            double sum = 0.0, sq = 0.0;
+            for (int ch = gl * cpg + lane; ch < (gl + 1) * cpg; ch += 32) {
+                const double m = smMean[ch];
+                sum += m;
+                sq += fma(nc * m, m, double(smM2[ch]));
+            }
+            sum = warpSum(sum);
+            sq = warpSum(sq);
+            if (lane == 0) {
+                const double mean = sum / cpg;
+                double m2 = sq - nc * sum * mean;
+                m2 = m2 < 0.0 ? 0.0 : m2;  // rounding; NaN and Inf pass through
+                out[gl] = make_float2(float(mean), float(m2));
+            }
+        }
+    } else if (row == 0 && active) {
         float2* out = a.partials + (n * a.chunks + chunk) * a.c + vg * VEC;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) out[e] = make_float2(smMean[v * VEC + e], smM2[v * VEC + e]);
@@ -380,10 +410,11 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
     double cnt = 0.0, sum = 0.0, sq = 0.0;
     const int members = int(f.members);
     const int items = int(f.chunks) * members;  // <= kMaxStatsBlocks * C
-    // kFinalizeUnroll loads in flight a thread: NHWC with one group, a block
-    // adds up to kMaxStatsBlocks * C partials (1x324x16x16: 256 chunks x 324
-    // channels); H200, fp16, the call took 76 us with one load in flight,
-    // 57 us with 8 (still slow: see the README's Limitations).
+    // kFinalizeUnroll loads in flight a thread: NHWC whose groups straddle
+    // the statistics blocks' column slices (C > 512 channels not in 16-byte
+    // vectors) leaves up to kMaxStatsBlocks * C/G partials a group (one group
+    // of 324 channels, before the statistics blocks merged channels: 76 us
+    // with one load in flight, 57 us with 8; H200, fp16, 1x324x16x16).
     constexpr int kFinalizeUnroll = 8;
     for (int i0 = tid; i0 < items; i0 += kFinalizeThreads * kFinalizeUnroll) {
         float2 pm[kFinalizeUnroll];
@@ -490,14 +521,18 @@ cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* worksp
         a.units = p.hw;
         grid = dim3(unsigned(p.n * a.chunks), unsigned(slices), 1);
         block = dim3(unsigned(a.vb * a.rows), 1, 1);
-        f.nStride = int64_t(a.chunks) * p.c;
-        f.gStride = p.cpg;
-        f.chunkStride = p.c;
-        f.members = p.cpg;
+        // Where no group straddles two column slices of blocks, the
+        // statistics blocks merge each group's channels themselves.
+        a.groupPartials = slices == 1 || (int64_t(a.vb) * VEC) % p.cpg == 0;
+        const int64_t perChunk = a.groupPartials ? p.groups : p.c;
+        f.nStride = int64_t(a.chunks) * perChunk;
+        f.gStride = a.groupPartials ? 1 : p.cpg;
+        f.chunkStride = perChunk;
+        f.members = a.groupPartials ? 1 : p.cpg;
         f.chunks = a.chunks;
         f.chunkUnits = a.chunkUnits;
         f.totalUnits = p.hw;
-        f.unitElems = 1;
+        f.unitElems = a.groupPartials ? p.cpg : 1;
         f.kN = p.hw * p.cs;
         f.kG = p.cpg;
     } else {

@@ -115,6 +115,24 @@ def test_wide_and_uncommon_paths(dtype, layout, size, groups):
     check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
 
 
+# NHWC whose channels fill no 16-byte vector (C not a multiple of 8 in 16 bits) takes two passes. Their
+# statistics blocks merge each group's channels into one partial where no group straddles two column
+# slices of 512 channels (one group of 324; 4 groups of 25; 257 groups of 4 over three slices), and
+# write one partial a channel where groups do straddle them (4 groups of 257, 7 of 143). NaN in the
+# first pixel and Inf in the last must reach exactly their groups.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["nhwc", "nchw"])
+@pytest.mark.parametrize("size,groups", [((1, 324, 16, 16), 1), ((2, 100, 64, 64), 4), ((1, 1028, 16, 16), 257),
+                                         ((1, 1028, 16, 16), 4), ((2, 1001, 8, 8), 7)])
+def test_two_pass_few_groups_of_many_channels(dtype, layout, size, groups):
+    torch.manual_seed(sum(size) * groups + 5)
+    x = (torch.randn(size, device=DEVICE) * 1.5 + 0.75).to(dtype)
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
+    x[0, 0, 0, 0] = float("nan")
+    x[-1, -1, -1, -1] = float("inf")
+    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "none", layout, f"{size} NaN/Inf")
+
+
 # Tensors of 4 MB and more take the on-chip path on Hopper (unless the cluster kernels' plan is
 # estimated faster, see the next test): a co-resident grid holding x in shared memory across a grid
 # barrier. Odd group widths, one group, a batch that does not divide the SMs, a pixel row as wide as
