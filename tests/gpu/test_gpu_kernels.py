@@ -126,11 +126,16 @@ def test_wide_and_uncommon_paths(dtype, layout, size, groups):
                                          ((1, 1028, 16, 16), 4), ((2, 1001, 8, 8), 7)])
 def test_two_pass_few_groups_of_many_channels(dtype, layout, size, groups):
     torch.manual_seed(sum(size) * groups + 5)
+    check_then_nan_inf(size, groups, 1e-5, dtype, layout)
+
+
+def check_then_nan_inf(size, groups, eps, dtype, layout):
+    """Random input (mean 0.75, std 1.5) with SiLU; then NaN in the first element and Inf in the last."""
     x = (torch.randn(size, device=DEVICE) * 1.5 + 0.75).to(dtype)
-    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-5, "silu", layout, f"{size} G={groups}")
+    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, eps, "silu", layout, f"{size} G={groups}")
     x[0, 0, 0, 0] = float("nan")
     x[-1, -1, -1, -1] = float("inf")
-    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "none", layout, f"{size} NaN/Inf")
+    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, eps, "none", layout, f"{size} NaN/Inf")
 
 
 # Tensors of 4 MB and more take the on-chip path on Hopper (unless the cluster kernels' plan is
@@ -187,11 +192,7 @@ def test_mid_size_cluster_plans(dtype, layout, size):
                                          ((3, 40, 512, 400), 8), ((2, 72, 640, 640), 24)])
 def test_streaming_path(dtype, layout, size, groups):
     torch.manual_seed(sum(size) * groups + 1)
-    x = (torch.randn(size, device=DEVICE) * 1.5 + 0.75).to(dtype)
-    check(x, *affine_for(size[1], "x", dtype, DEVICE), groups, 1e-6, "silu", layout, f"{size} G={groups}")
-    x[0, 0, 0, 0] = float("nan")
-    x[-1, -1, -1, -1] = float("inf")
-    check(x, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-6, "none", layout, f"{size} NaN/Inf")
+    check_then_nan_inf(size, groups, 1e-6, dtype, layout)
 
 
 # The streaming grid's upper limits (Hopper) and the two-pass fp32 statistics beyond them. NHWC
