@@ -129,17 +129,20 @@ def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     return launch
 
 
-def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None) -> dict[str, tuple[float, float]]:
+def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None,
+                      timed=None) -> dict[str, tuple[float, float]]:
     """Time every variant once a round, in turn, for `rounds` rounds.
 
     Returns {name: (fastest round's us per launch, slowest / fastest - 1)}. `timer(fn, replays)`
-    defaults to time_per_launch_us.
+    defaults to time_per_launch_us; `timed(name)`, if given, is called after each timing.
     """
     timer = timer or time_per_launch_us
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(rounds):
         for name, fn in variants.items():
             times[name].append(timer(fn, replays))
+            if timed is not None:
+                timed(name)
     return {name: (min(ts), max(ts) / min(ts) - 1.0) for name, ts in times.items()}
 
 
@@ -194,14 +197,11 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
                     variants[TORCH[layout]] = (
                         lambda xl=xl: F.silu(F.group_norm(xl, shape.groups, weight, bias, shape.eps)))
 
-            def timer(fn, replays):
-                us = time_per_launch_us(fn, replays)
+            def step(name):
                 if progress is not None:
-                    name = next(k for k, v in variants.items() if v is fn)
                     progress.update(task, advance=1, description=f"{shape.name} {dtype_name} {name}")
-                return us
 
-            timed = fastest_of_rounds(variants, rounds, replays, timer)
+            timed = fastest_of_rounds(variants, rounds, replays, timed=step)
             copy_us = timed[COPY][0]
             ref = group_norm_act_reference(x, weight, bias, shape.groups, shape.eps, "silu")
             for name, (us, spread) in timed.items():

@@ -411,8 +411,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
     const int members = int(f.members);
     const int items = int(f.chunks) * members;  // <= kMaxStatsBlocks * C
     // kFinalizeUnroll loads in flight a thread: NHWC whose groups straddle
-    // the statistics blocks' column slices (C > 512 channels not in 16-byte
-    // vectors) leaves up to kMaxStatsBlocks * C/G partials a group (one group
+    // the statistics blocks' column slices (no groupPartials, see
+    // launchTwoPassT) leaves up to kMaxStatsBlocks * C/G partials a group (one group
     // of 324 channels, before the statistics blocks merged channels: 76 us
     // with one load in flight, 57 us with 8; H200, fp16, 1x324x16x16).
     constexpr int kFinalizeUnroll = 8;
