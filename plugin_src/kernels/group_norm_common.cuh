@@ -264,6 +264,14 @@ __device__ __forceinline__ float4 finishStats(double s1, double s2, double invCo
 
 __host__ __device__ constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether every vector of `vec` channels (they start at multiples of vec)
+// holds channels of at most two groups of cpg.
+inline bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
+    for (int64_t c = 0; c < cpg * vec; c += vec)
+        if ((c + vec - 1) / cpg - c / cpg > 1) return false;
+    return true;
+}
+
 // NCHW: the channels (offset / hw) of offsets first, first + step, ... (next)
 // or first, first - step, ... (prev), walked by additions from one division:
 // a 32-bit division is ~16 instructions and a MUFU op, a 64-bit one ~110.

@@ -746,14 +746,6 @@ void* pickKernel(int vpt) {
     }
 }
 
-// Whether every 16-byte vector of a set (they start at multiples of VEC)
-// holds channels of at most two groups.
-bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
-    for (int64_t c = 0; c < cpg * vec; c += vec)
-        if ((c + vec - 1) / cpg - c / cpg > 1) return false;
-    return true;
-}
-
 int64_t gcd64(int64_t a, int64_t b) {
     while (b) {
         const int64_t t = a % b;

@@ -638,6 +638,7 @@ struct OnChipPlan {
     int rowsPerPass;   // kThreads / vecsPerPixel
     int tpg;           // threads per group in the reductions: a power of two <= 32
     float invCpg;      // 1 / (C / G), for exact division of small integers
+    float invRows;     // 1 / rowsPerPass, the same way
 };
 __host__ __device__ constexpr int roundUp(int64_t v, int m) { return int((v + m - 1) / m * m); }
 inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
@@ -647,13 +648,24 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
     q.tpg = 1;
     while (q.tpg < 32 && 2 * q.tpg * groups <= kThreads) q.tpg *= 2;
     q.invCpg = 1.f / float(c / groups);
+    q.invRows = 1.f / float(q.rowsPerPass);
     q.offStats = 128;
     q.offChan = q.offStats + 16 * groups;
     *tileOffset = roundUp(q.offChan + int64_t(8) * q.rowsPerPass * c, 128);
     return q;
 }
 
-template <typename T>
+// kTwoGroups: each thread's vector holds channels of at most two groups (lo,
+// then hi from element `split`: C/G = 4 or >= 6 in 16 bits, >= 2 in fp32;
+// see vectorSpansAtMostTwoGroups), so a thread adds its channels' sums into
+// the two groups' before the block's group sums, which then read a (lo, hi)
+// pair of each thread of a group's columns instead of each (row, channel):
+// sd15-unet-320x64 (C/G = 10), 24-36 items a group instead of 120. H100,
+// old and new alternated 3 times, fp16 / bf16: 2x320x64x64 8.6 -> 8.05 /
+// 9.2 -> 8.7 us, 2x640x64x64 11.1 -> 10.55 / 11.7 -> 11.5, 1x256x128x128
+// 10.9 -> 10.3 / 11.3 -> 10.8, 3x320x48x48 8.3 -> 7.7 / 8.7 -> 8.25,
+// 1x512x128x128 14.1 -> 13.75 / 15.0 -> 14.9.
+template <typename T, bool kTwoGroups>
 __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
@@ -693,11 +705,20 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 
     float* chan1 = reinterpret_cast<float*>(smem + q.offChan);  // [rowsPerPass][C]
     float* chan2 = chan1 + rowsPerPass * a.c;
+    float4* pair = reinterpret_cast<float4*>(smem + q.offChan);  // kTwoGroups: [rowsPerPass][V] (lo, hi) sums
+    // kTwoGroups: elements j < split are of group gLo, the rest of gHi.
+    const int gLo = divCpg(c0), gHi = divCpg(c0 + VEC - 1);
+    const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;
     if (active) {
         float k[VEC], s1[VEC], s2[VEC];
+        if constexpr (kTwoGroups) {
+            const float kLo = gstat[gLo].x, kHi = gstat[gHi].x;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) k[j] = j < split ? kLo : kHi;
+        }
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            k[j] = gstat[divCpg(c0 + j)].x;
+            if constexpr (!kTwoGroups) k[j] = gstat[divCpg(c0 + j)].x;
             s1[j] = s2[j] = 0.f;
         }
         const uint4* tv = reinterpret_cast<const uint4*>(tile);
@@ -714,10 +735,25 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
                 s2[j] = fmaf(d, d, s2[j]);
             }
         }
+        if constexpr (kTwoGroups) {
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int j = 0; j < VEC; j += 4) {
-            *reinterpret_cast<float4*>(chan1 + row * a.c + c0 + j) = make_float4(s1[j], s1[j + 1], s1[j + 2], s1[j + 3]);
-            *reinterpret_cast<float4*>(chan2 + row * a.c + c0 + j) = make_float4(s2[j], s2[j + 1], s2[j + 2], s2[j + 3]);
+            for (int j = 0; j < VEC; ++j) {
+                if (j < split) {
+                    v.x += s1[j];
+                    v.y += s2[j];
+                } else {
+                    v.z += s1[j];
+                    v.w += s2[j];
+                }
+            }
+            pair[row * V + col] = v;
+        } else {
+#pragma unroll
+            for (int j = 0; j < VEC; j += 4) {
+                *reinterpret_cast<float4*>(chan1 + row * a.c + c0 + j) = make_float4(s1[j], s1[j + 1], s1[j + 2], s1[j + 3]);
+                *reinterpret_cast<float4*>(chan2 + row * a.c + c0 + j) = make_float4(s2[j], s2[j + 1], s2[j + 2], s2[j + 3]);
+            }
         }
     }
     __syncthreads();
@@ -731,13 +767,37 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     const int stride = (a.blocksPer + 1) & ~1;
     const bool pad = stride != a.blocksPer && jb == a.blocksPer - 1;
     float2* part = a.partials + int64_t(n) * a.groups * stride + jb;
-    const int items = rowsPerPass * a.cpg;
-    const int dr = divCpg(tpg), dc = tpg - dr * a.cpg;
 #pragma unroll 1
     for (int base = 0; base < a.groups; base += perPass) {
         const int g = base + t / tpg;
         float u1 = 0.f, u2 = 0.f;
-        if (g < a.groups) {
+        if constexpr (kTwoGroups) {
+            // Group g's columns colA .. colB, rows inner: item i is (column
+            // colA + i / rowsPerPass, row i % rowsPerPass). A column holds g
+            // as its lo group where it starts in g, else (colA only) as hi.
+            const int g0 = g * a.cpg, colA = g0 / VEC, items = ((g0 + a.cpg - 1) / VEC - colA + 1) * rowsPerPass;
+            const int divRows = int((float(tpg) + 0.5f) * q.invRows), dr = tpg - divRows * rowsPerPass;
+            if (g < a.groups) {
+                int cc = int((float(p) + 0.5f) * q.invRows);
+                int r = p - cc * rowsPerPass;
+                cc += colA;
+#pragma unroll 1
+                for (int i = p; i < items; i += tpg) {
+                    const float4 v = pair[r * V + cc];
+                    const bool lo = cc * VEC >= g0;
+                    u1 += lo ? v.x : v.z;
+                    u2 += lo ? v.y : v.w;
+                    r += dr;
+                    cc += divRows;
+                    if (r >= rowsPerPass) {
+                        r -= rowsPerPass;
+                        ++cc;
+                    }
+                }
+            }
+        } else if (g < a.groups) {
+            const int items = rowsPerPass * a.cpg;
+            const int dr = divCpg(tpg), dc = tpg - dr * a.cpg;
             int r = divCpg(p), cc = p - r * a.cpg;
 #pragma unroll 4
             for (int i = p; i < items; i += tpg) {
@@ -792,9 +852,14 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     if (active) {
         // y = act((x - hi) * scale + (beta - lo * scale)), scale = rstd * gamma.
         float mean[VEC], scale[VEC], shift[VEC];
+        float4 stLo = make_float4(0.f, 0.f, 0.f, 0.f), stHi = stLo;
+        if constexpr (kTwoGroups) {
+            stLo = gstat[gLo];
+            stHi = gstat[gHi];
+        }
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            const float4 st = gstat[divCpg(c0 + j)];
+            const float4 st = kTwoGroups ? (j < split ? stLo : stHi) : gstat[divCpg(c0 + j)];
             const float gm = a.gamma ? affineBitsToFloat<T>(gBits[j], a.affineFp32) : 1.f;
             const float bt = a.beta ? affineBitsToFloat<T>(bBits[j], a.affineFp32) : 0.f;
             mean[j] = st.x;
@@ -1100,8 +1165,9 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
 
     // The tile holds the whole chunk if it fits; else its tail (streaming).
     // The grid barrier takes some static shared memory of its own.
-    void* kernel = nhwc ? reinterpret_cast<void*>(&gnOnChipNHWC<T>)
-                        : reinterpret_cast<void*>(&gnPersistentNCHW<T, false>);
+    void* kernel = !nhwc ? reinterpret_cast<void*>(&gnPersistentNCHW<T, false>)
+                   : vectorSpansAtMostTwoGroups(p.cpg, VEC) ? reinterpret_cast<void*>(&gnOnChipNHWC<T, true>)
+                                                            : reinterpret_cast<void*>(&gnOnChipNHWC<T, false>);
     OnChipPlan plan{};
     if (nhwc) plan = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
     cudaFuncAttributes fa{};
