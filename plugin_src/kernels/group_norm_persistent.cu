@@ -705,7 +705,13 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 
     float* chan1 = reinterpret_cast<float*>(smem + q.offChan);  // [rowsPerPass][C]
     float* chan2 = chan1 + rowsPerPass * a.c;
-    float4* pair = reinterpret_cast<float4*>(smem + q.offChan);  // kTwoGroups: [rowsPerPass][V] (lo, hi) sums
+    // kTwoGroups: the threads' (lo, hi) sums, [rowsPerPass][V + 1]: the
+    // padding puts a group's lanes, which read one column in adjacent rows,
+    // in different banks (rows V apart: 6- to 8-way bank conflicts. H100,
+    // alternated 3 times, fp16 / bf16: 2x320x64x64 8.1-8.25 -> 7.95 /
+    // 8.8-9.2 -> 8.55-8.7 us, 3x320x48x48 7.85 -> 7.65 / 8.3 -> 8.1,
+    // 1x256x128x128 bf16 10.8-11.0 -> 10.6-10.7; 2x640x64x64 0.05-0.1 us).
+    float4* pair = reinterpret_cast<float4*>(smem + q.offChan);
     // kTwoGroups: elements j < split are of group gLo, the rest of gHi.
     const int gLo = divCpg(c0), gHi = divCpg(c0 + VEC - 1);
     const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;
@@ -747,7 +753,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
                     v.w += s2[j];
                 }
             }
-            pair[row * V + col] = v;
+            pair[row * (V + 1) + col] = v;
         } else {
 #pragma unroll
             for (int j = 0; j < VEC; j += 4) {
@@ -783,7 +789,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
                 cc += colA;
 #pragma unroll 1
                 for (int i = p; i < items; i += tpg) {
-                    const float4 v = pair[r * V + cc];
+                    const float4 v = pair[r * (V + 1) + cc];
                     const bool lo = cc * VEC >= g0;
                     u1 += lo ? v.x : v.z;
                     u2 += lo ? v.y : v.w;
