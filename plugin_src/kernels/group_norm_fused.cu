@@ -93,30 +93,76 @@ __device__ __forceinline__ void clusterWait(int K) {
 #endif
 }
 
-// The cluster's sums in gnFusedGroup and gnFusedSet2: one barrier between
-// the warps' sums and the statistics, and no remote read.
-// - One block (K == 1): each warp writes its (sum d, sum d^2) of every group
-//   slot to table[warp][slot], one __syncthreads, and every warp adds the
-//   table itself (clusterSlotStats).
-// - A cluster: one warp per slot adds the block's warps' sums, and its lane r
-//   stores the block's total into table[rank][slot] of block r (distributed
-//   shared-memory stores, which wait for no reply); one cluster barrier, and
-//   every warp adds the K entries itself.
-// Nothing remote follows the barrier, so blocks need no barrier at exit.
-// (gnFusedNHWC keeps clusterFinish below: block sums, cluster barrier, remote
-// reads, statistics handed out through shared memory, a second barrier.)
-// Timed against that on an H200, fp16, 59 (K, vectors a thread) plans of the
-// four small UNet shapes, both layouts: up to 0.8 us faster (0.1-0.2 us on
-// the plans picked for one block), 3 plans 0.1-0.3 us slower.
+// Sum of the double pairs p[e * stride], e < n <= 16, in a fixed order: in
+// chunks of 4 loaded at once (entries past n, still inside the array, count
+// as zero), each chunk added as a tree. Loading one entry at a time, each
+// behind a branch, serialises the loads.
+__device__ __forceinline__ double2 sumEntries(const double2* p, int stride, int n) {
+    double s1 = 0.0, s2 = 0.0;
+#pragma unroll
+    for (int e0 = 0; e0 < 16; e0 += 4) {
+        if (e0 < n) {
+            double2 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[j] = p[(e0 + j) * stride];
+                if (e0 + j >= n) v[j] = make_double2(0.0, 0.0);
+            }
+            s1 += (v[0].x + v[1].x) + (v[2].x + v[3].x);
+            s2 += (v[0].y + v[1].y) + (v[2].y + v[3].y);
+        }
+    }
+    return make_double2(s1, s2);
+}
+
+// The cluster's sums in gnFusedGroup and gnFusedSet2: no cluster barrier
+// between the warps' sums and the statistics, and no remote read. Each warp
+// writes its (sum d, sum d^2) of every group slot, in double, to
+// red[warp][slot], then one __syncthreads.
+// - One block (K == 1): every thread adds the entries of its slots itself
+//   (slotStats).
+// - A cluster: per slot, the lanes r < K of one warp add the block's warps'
+//   sums and send the total into table[rank][slot] of block r with st.async,
+//   which counts the bytes it delivers on block r's mbarrier; every block
+//   waits on its own mbarrier for all K * count entries, and every thread adds
+//   the K entries of its slots itself.
+// A block's mbarrier completes only once every store into its shared memory
+// has landed, so no block needs a barrier at exit. (gnFusedNHWC keeps
+// clusterFinish below: block sums, cluster barrier, remote reads, statistics
+// handed out through shared memory, a second barrier.)
+// Before, a cluster barrier followed plain remote stores (its release
+// semantics compile to MEMBAR.ALL.GPU), and the entries were added by lanes
+// strided over them (a division for the trip count) and xor shuffles of
+// doubles. %globaltimer stamps (H100, fp16, medians over blocks), from the
+// warps' sums to the statistics: sd15-unet-640x32 on clusters of 2, NHWC
+// 1.18 -> 0.86 us, NCHW 1.28 -> 0.91 us; sd15-unet-1280x8 NHWC in one block,
+// 0.55 -> 0.36 us. The warps' sums are converted to double once, by the lanes
+// that hold them: fp32 -> fp64 conversions issue at 16 lanes a clock an SM,
+// and converting all 16 entries where they are read held the one-block case
+// at 0.45 us.
 constexpr int kMaxK = 8;  // blocks a cluster
-constexpr int kMaxEntries = kMaxWarps > kMaxK ? kMaxWarps : kMaxK;  // of a slot in table
+
+#if __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smemAddr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+#endif
 
 // Every thread calls this once, right after issuing its loads: a block may
-// write into another's shared memory only once that block has started, and
-// exchangeSums waits for this arrival first.
-__device__ __forceinline__ void clusterArriveStarted(int K) {
+// write into another's shared memory only once that block has started and
+// set up its mbarrier, and exchangeSums waits for this arrival first. The
+// mbarrier expects the K * count entries (16 bytes each) the cluster sends.
+__device__ __forceinline__ void clusterArriveStarted(int K, int count, uint64_t* bar) {
 #if __CUDA_ARCH__ >= 900
-    if (K > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    if (K > 1) {
+        if (threadIdx.x == 0) {
+            asm volatile(
+                "mbarrier.init.shared::cta.b64 [%0], 1;\n"
+                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                "fence.mbarrier_init.release.cluster;\n" ::"r"(smemAddr(bar)),
+                "r"(uint32_t(K * count * 16))
+                : "memory");
+        }
+        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    }
 #endif
 }
 
@@ -124,75 +170,49 @@ __device__ __forceinline__ void clusterArriveStarted(int K) {
 // `mine`; red is block scratch of kMaxWarps * count entries. Afterwards
 // table[e * count + i], e < the returned number of entries, holds the double
 // partials of slot i, the same in every block. Every thread calls this.
-__device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int rank, float2* red, double2* table) {
+__device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int rank, double2* red, double2* table,
+                                            uint64_t* bar) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int numWarps = int(blockDim.x >> 5);
+    if (lane < count) red[warp * count + lane] = make_double2(mine.x, mine.y);  // converted once, here
+    __syncthreads();
 #if __CUDA_ARCH__ >= 900
     if (K > 1) {
-        if (lane < count) red[warp * count + lane] = mine;
-        __syncthreads();
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block has started
         for (int i = warp; i < count; i += numWarps) {
-            double s1 = 0.0, s2 = 0.0;
-            if (lane < numWarps) {
-                const float2 v = red[lane * count + i];
-                s1 = v.x;
-                s2 = v.y;
+            if (lane < K) {
+                const double2 s = sumEntries(red + i, count, numWarps);  // the block's total
+                uint32_t dst, remoteBar;
+                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(smemAddr(table + rank * count + i)), "r"(lane));
+                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remoteBar) : "r"(smemAddr(bar)), "r"(lane));
+                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];" ::"r"(dst),
+                             "d"(s.x), "d"(s.y), "r"(remoteBar)
+                             : "memory");
             }
-            s1 = warpSum(s1);
-            s2 = warpSum(s2);
-            if (lane < K) *cg::this_cluster().map_shared_rank(table + rank * count + i, lane) = make_double2(s1, s2);
         }
         asm volatile(
-            "barrier.cluster.arrive.release.aligned;\n"
-            "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+            "{\n"
+            ".reg .pred done;\n"
+            "WAIT_%=:\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
+            "@!done bra WAIT_%=;\n"
+            "}\n" ::"r"(smemAddr(bar))
+            : "memory");
         return K;
     }
 #endif
-    if (lane < count) table[warp * count + lane] = make_double2(mine.x, mine.y);
-    __syncthreads();
-    return numWarps;
+    return numWarps;  // one block: the warps' sums are the entries
 }
 
-// After exchangeSums: the statistics of slot (lane / lps) % count (lps lanes
-// a slot, count * lps <= 32; further lanes repeat the same work), which every
-// warp computes for itself. The lanes of a slot add its entries, strided, then
-// xor shuffles: a fixed order, so every warp of every block gets
-// bit-identical statistics. count is a power of two <= 32; k is the slot's
-// shift.
-__device__ __forceinline__ float4 clusterSlotStats(const double2* table, int count, int entries, int lps, float k,
-                                                   double invCount, float eps) {
-    const int lane = threadIdx.x & 31;
-    const int slot = (lane / lps) & (count - 1), j = lane & (lps - 1);
-    double u1 = 0.0, u2 = 0.0;
-#pragma unroll 4
-    for (int e = j; e < entries; e += lps) {
-        const double2 v = table[e * count + slot];
-        u1 += v.x;
-        u2 += v.y;
-    }
-#pragma unroll
-    for (int m = 16; m >= 1; m >>= 1) {
-        if (m < lps) {
-            u1 += __shfl_xor_sync(0xffffffffu, u1, m);
-            u2 += __shfl_xor_sync(0xffffffffu, u2, m);
-        }
-    }
-    return finishStats(u1, u2, invCount, k, eps);
-}
-
-// Lanes a slot for clusterSlotStats: a power of two, at most 32 / count, and
-// about half the entries (two adds a lane before the shuffles; fewer
-// shuffle levels for small clusters).
-__device__ __forceinline__ int lanesPerSlot(int count, int entries) {
-    int lps = 1;
-    while (lps < 32 / count && 2 * lps < entries) lps <<= 1;
-    return lps;
-}
-
-__device__ __forceinline__ float4 shflStat(float4 s, int src) {
-    return make_float4(__shfl_sync(0xffffffffu, s.x, src), __shfl_sync(0xffffffffu, s.y, src),
-                       __shfl_sync(0xffffffffu, s.z, src), 0.f);
+// After exchangeSums: the statistics of slot `slot`, which every thread
+// computes for itself from all entries (most lanes read the same addresses),
+// in a fixed order, so every thread of every block gets bit-identical
+// statistics. k is the slot's shift. With one block the entries are the
+// warps' sums in red, with a cluster the blocks' sums in table.
+__device__ __forceinline__ float4 slotStats(const double2* red, const double2* table, int count, int entries, int K,
+                                            int slot, float k, double invCount, float eps) {
+    const double2 s = K > 1 ? sumEntries(table + slot, count, entries) : sumEntries(red + slot, count, entries);
+    return finishStats(s.x, s.y, invCount, k, eps);
 }
 
 // part[i] (i < count) holds this block's double sums of group slot i: adds
@@ -400,9 +420,10 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
 template <typename T, int VPT>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
-    __shared__ float2 red[kMaxWarps * VEC];         // see exchangeSums
-    __shared__ double2 table[kMaxEntries * VEC];
+    __shared__ double2 red[kMaxWarps * VEC];  // see exchangeSums
+    __shared__ double2 table[kMaxK * VEC];
     __shared__ float kS[VEC];
+    __shared__ uint64_t bar;
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
@@ -426,7 +447,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
     const int c0 = lu * VEC;  // channel of element 0 within the set
     const int gLo = c0 / a.cpg, gHi = (c0 + VEC - 1) / a.cpg;
     const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;  // elements e < split are of gLo
-    clusterArriveStarted(K);
+    clusterArriveStarted(K, gps, &bar);
     const float kLo = toFloat<T>(xs[gLo * a.cpg]), kHi = toFloat<T>(xs[gHi * a.cpg]);
     const float kMine = tid < gps ? toFloat<T>(xs[tid * a.cpg]) : 0.f;
     const int64_t cAbs = set * a.setChannels + c0;
@@ -468,10 +489,9 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
         if (lane == gi) mine = make_float2(v1, v2);
     }
     if (tid < gps) kS[tid] = kMine;
-    const int entries = exchangeSums(mine, gps, K, rank, red, table);
-    const int lps = lanesPerSlot(gps, entries);
-    const float4 st = clusterSlotStats(table, gps, entries, lps, kS[(lane / lps) & (gps - 1)], a.invCount, a.eps);
-    const float4 stLo = shflStat(st, gLo * lps), stHi = shflStat(st, gHi * lps);
+    const int entries = exchangeSums(mine, gps, K, rank, red, table, &bar);
+    const float4 stLo = slotStats(red, table, gps, entries, K, gLo, kS[gLo], a.invCount, a.eps);
+    const float4 stHi = slotStats(red, table, gps, entries, K, gHi, kS[gHi], a.invCount, a.eps);
     Affine f[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) f[e] = affineOf(e < split ? stLo : stHi, gamma[e], beta[e]);
@@ -501,8 +521,9 @@ template <typename T, int VPT, bool NHWC, int VB = 16>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
     static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
     constexpr int VEC = VB / int(sizeof(T));
-    __shared__ float2 red[kMaxWarps];  // see exchangeSums
-    __shared__ double2 table[kMaxEntries];
+    __shared__ double2 red[kMaxWarps];  // see exchangeSums
+    __shared__ double2 table[kMaxK];
+    __shared__ uint64_t bar;
 
     const int tid = threadIdx.x;
     const int lanes = NHWC ? a.vs : 1;
@@ -524,7 +545,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     for (int i = 0; i < VPT; ++i) {
         if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + unit(i) * unitStride);
     }
-    clusterArriveStarted(K);
+    clusterArriveStarted(K, 1, &bar);
     const float k = toFloat<T>(static_cast<const T*>(a.x)[base]);
     // gamma and beta: NHWC, this thread's VEC channels g*cpg + lu*VEC + j;
     // NCHW, the channel of unit j (hw % VEC == 0 on this path, so a vector
@@ -580,8 +601,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     }
     s1 = warpSum(s1);
     s2 = warpSum(s2);
-    const int entries = exchangeSums(make_float2(s1, s2), 1, K, rank, red, table);
-    const float4 st = clusterSlotStats(table, 1, entries, lanesPerSlot(1, entries), k, a.invCount, a.eps);
+    const int entries = exchangeSums(make_float2(s1, s2), 1, K, rank, red, table, &bar);
+    const float4 st = slotStats(red, table, 1, entries, K, 0, k, a.invCount, a.eps);
     if constexpr (NHWC) {
         Affine f[VEC];
 #pragma unroll
