@@ -13,10 +13,9 @@ struct DeviceInfo {
 
 // Single pass over a co-resident grid, x held in shared memory across a grid
 // barrier (group_norm_persistent.cu; Hopper). Sets *launched = false, without
-// launching anything, where the problem does not fit on chip or this path,
-// or (unless anySize) is under 4 MB.
+// launching anything, where the problem does not fit on chip or this path.
 cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                bool anySize, cudaStream_t stream, bool* launched);
+                                cudaStream_t stream, bool* launched);
 
 // Single pass with the data held in registers (group_norm_fused.cu). Sets
 // *launched = false, without launching anything, where the problem does not

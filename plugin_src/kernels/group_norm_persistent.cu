@@ -1114,7 +1114,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 
 template <typename T>
 cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                 bool anySize, cudaStream_t stream, bool* launched) {
+                                 cudaStream_t stream, bool* launched) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
     if (dev.ccMajor < 9 || dev.maxSmemOptin <= 0) return cudaSuccess;
@@ -1134,15 +1134,7 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     a.act = int(p.act);
     a.affineFp32 = p.affineFp32;
 
-    // Below 4 MB the grid barrier and the reads of every block's partial sums
-    // cost more than the cluster kernels (measured on an H200, fp16, against
-    // the cluster kernels with one reduction: NHWC at 5.2 MB 9.8 us here vs
-    // 11.5 us for the best cluster plan; NCHW at 2.6 MB 7.7 us here vs 7.3 us
-    // for the plan picked, at 5.2 MB 9.0 us vs 8.8 us, within noise). Where
-    // no cluster plan fits (anySize), the grid still beats two passes.
-    constexpr double kMinBytes = 4.0 * (1 << 20);
     const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
-    if (bytes < kMinBytes && !anySize) return cudaSuccess;
 
     // How far streaming goes (H200, against the two-pass kernels; the head's
     // second read then comes mostly from DRAM and the on-chip tile saves less
@@ -1252,14 +1244,14 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
 }  // namespace
 
 cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                bool anySize, cudaStream_t stream, bool* launched) {
+                                cudaStream_t stream, bool* launched) {
     switch (p.dtype) {
         case TRTGN_DTYPE_FLOAT32:
-            return tryLaunchPersistentT<float>(p, dev, workspace, workspaceBytes, anySize, stream, launched);
+            return tryLaunchPersistentT<float>(p, dev, workspace, workspaceBytes, stream, launched);
         case TRTGN_DTYPE_FLOAT16:
-            return tryLaunchPersistentT<__half>(p, dev, workspace, workspaceBytes, anySize, stream, launched);
+            return tryLaunchPersistentT<__half>(p, dev, workspace, workspaceBytes, stream, launched);
         case TRTGN_DTYPE_BFLOAT16:
-            return tryLaunchPersistentT<__nv_bfloat16>(p, dev, workspace, workspaceBytes, anySize, stream, launched);
+            return tryLaunchPersistentT<__nv_bfloat16>(p, dev, workspace, workspaceBytes, stream, launched);
     }
     *launched = false;
     return cudaSuccess;

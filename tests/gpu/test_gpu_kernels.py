@@ -139,7 +139,7 @@ def check_then_nan_inf(size, groups, eps, dtype, layout):
 
 
 # Tensors of 4 MB and more take the on-chip path on Hopper (unless the cluster kernels' plan is
-# estimated faster, see the next test): a co-resident grid holding x in shared memory across a grid
+# estimated faster, see below): a co-resident grid holding x in shared memory across a grid
 # barrier. Odd group widths, one group, a batch that does not divide the SMs, a pixel row as wide as
 # a block, and a constant input (variance exactly 0). (fp16/bf16 NCHW of the first two shapes run on
 # clusters; fp32 keeps them on the grid.)
@@ -157,11 +157,12 @@ def test_on_chip_path(dtype, layout, size, groups):
 
 # Under 4 MB, shapes that no cluster plan fits (too many pixels a group for a cluster's registers)
 # take the on-chip grid too, not the two-pass kernels: 1x320x80x80 in 16 bits (NHWC), one group
-# (both layouts), one group of 8x8 pixels.
+# (both layouts), one group of 8x8 pixels. So do those whose cluster plan is estimated slower than
+# the grid: 2x320x48x48 and 1x960x40x40 in 16 bits (NHWC).
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["nhwc", "nchw"])
 @pytest.mark.parametrize("size,groups", [((1, 320, 80, 80), 32), ((1, 320, 64, 80), 1), ((1, 128, 104, 40), 1),
-                                         ((1, 320, 8, 8), 1)])
+                                         ((1, 320, 8, 8), 1), ((2, 320, 48, 48), 32), ((1, 960, 40, 40), 32)])
 def test_small_shapes_without_cluster_plan(dtype, layout, size, groups):
     torch.manual_seed(sum(size) * groups + 3)
     x = (torch.randn(size, device=DEVICE) * 1.5 + 0.5).to(dtype)
