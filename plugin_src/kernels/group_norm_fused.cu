@@ -93,23 +93,24 @@ __device__ __forceinline__ void clusterWait(int K) {
 #endif
 }
 
-// Sum of the double pairs p[e * stride], e < n <= 16, in a fixed order: in
-// chunks of 4 loaded at once (entries past n, still inside the array, count
-// as zero), each chunk added as a tree. Loading one entry at a time, each
-// behind a branch, serialises the loads.
-__device__ __forceinline__ double2 sumEntries(const double2* p, int stride, int n) {
-    double s1 = 0.0, s2 = 0.0;
+// Sum of the pairs p[e * stride] (float2 or double2), e < n <= 16, added in
+// Acc and in a fixed order: in chunks of 4 loaded at once (entries past n,
+// still inside the array, count as zero), each chunk added as a tree.
+// Loading one entry at a time, each behind a branch, serialises the loads.
+template <typename Acc, typename V>
+__device__ __forceinline__ double2 sumEntries(const V* p, int stride, int n) {
+    Acc s1 = 0, s2 = 0;
 #pragma unroll
     for (int e0 = 0; e0 < 16; e0 += 4) {
         if (e0 < n) {
-            double2 v[4];
+            V v[4];
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 v[j] = p[(e0 + j) * stride];
-                if (e0 + j >= n) v[j] = make_double2(0.0, 0.0);
+                if (e0 + j >= n) v[j].x = v[j].y = 0;
             }
-            s1 += (v[0].x + v[1].x) + (v[2].x + v[3].x);
-            s2 += (v[0].y + v[1].y) + (v[2].y + v[3].y);
+            s1 += (Acc(v[0].x) + Acc(v[1].x)) + (Acc(v[2].x) + Acc(v[3].x));
+            s2 += (Acc(v[0].y) + Acc(v[1].y)) + (Acc(v[2].y) + Acc(v[3].y));
         }
     }
     return make_double2(s1, s2);
@@ -117,8 +118,8 @@ __device__ __forceinline__ double2 sumEntries(const double2* p, int stride, int 
 
 // The cluster's sums in gnFusedGroup and gnFusedSet2: no cluster barrier
 // between the warps' sums and the statistics, and no remote read. Each warp
-// writes its (sum d, sum d^2) of every group slot, in double, to
-// red[warp][slot], then one __syncthreads.
+// writes its fp32 (sum d, sum d^2) of every group slot to red[warp][slot],
+// then one __syncthreads.
 // - One block (K == 1): every thread adds the entries of its slots itself
 //   (slotStats).
 // - A cluster: per slot, the lanes r < K of one warp add the block's warps'
@@ -136,10 +137,13 @@ __device__ __forceinline__ double2 sumEntries(const double2* p, int stride, int 
 // doubles. %globaltimer stamps (H100, fp16, medians over blocks), from the
 // warps' sums to the statistics: sd15-unet-640x32 on clusters of 2, NHWC
 // 1.18 -> 0.86 us, NCHW 1.28 -> 0.91 us; sd15-unet-1280x8 NHWC in one block,
-// 0.55 -> 0.36 us. The warps' sums are converted to double once, by the lanes
-// that hold them: fp32 -> fp64 conversions issue at 16 lanes a clock an SM,
-// and converting all 16 entries where they are read held the one-block case
-// at 0.45 us.
+// 0.55 -> 0.36 us (with the entries in double; in fp32, below, 0.32 us).
+// The warps' sums (at most 16 a slot) are added in fp32 and the total goes to
+// double once: a sum as short as the shuffle trees that made each of them.
+// In double, the sum of a 10-warp block's entries took 0.35 us before the
+// send, in fp32 0.27-0.29 us (stamps, sd15-unet-640x32 on clusters of 2);
+// with each entry converted to double where it is read (32 conversions a
+// thread, at the MUFU's rate) the one-block case took 0.45 us.
 constexpr int kMaxK = 8;  // blocks a cluster
 
 #if __CUDA_ARCH__ >= 900
@@ -170,18 +174,18 @@ __device__ __forceinline__ void clusterArriveStarted(int K, int count, uint64_t*
 // `mine`; red is block scratch of kMaxWarps * count entries. Afterwards
 // table[e * count + i], e < the returned number of entries, holds the double
 // partials of slot i, the same in every block. Every thread calls this.
-__device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int rank, double2* red, double2* table,
+__device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int rank, float2* red, double2* table,
                                             uint64_t* bar) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int numWarps = int(blockDim.x >> 5);
-    if (lane < count) red[warp * count + lane] = make_double2(mine.x, mine.y);  // converted once, here
+    if (lane < count) red[warp * count + lane] = mine;
     __syncthreads();
 #if __CUDA_ARCH__ >= 900
     if (K > 1) {
         asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block has started
         for (int i = warp; i < count; i += numWarps) {
             if (lane < K) {
-                const double2 s = sumEntries(red + i, count, numWarps);  // the block's total
+                const double2 s = sumEntries<float>(red + i, count, numWarps);  // the block's total
                 uint32_t dst, remoteBar;
                 asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(smemAddr(table + rank * count + i)), "r"(lane));
                 asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remoteBar) : "r"(smemAddr(bar)), "r"(lane));
@@ -209,9 +213,10 @@ __device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int r
 // in a fixed order, so every thread of every block gets bit-identical
 // statistics. k is the slot's shift. With one block the entries are the
 // warps' sums in red, with a cluster the blocks' sums in table.
-__device__ __forceinline__ float4 slotStats(const double2* red, const double2* table, int count, int entries, int K,
+__device__ __forceinline__ float4 slotStats(const float2* red, const double2* table, int count, int entries, int K,
                                             int slot, float k, double invCount, float eps) {
-    const double2 s = K > 1 ? sumEntries(table + slot, count, entries) : sumEntries(red + slot, count, entries);
+    const double2 s =
+        K > 1 ? sumEntries<double>(table + slot, count, entries) : sumEntries<float>(red + slot, count, entries);
     return finishStats(s.x, s.y, invCount, k, eps);
 }
 
@@ -420,7 +425,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
 template <typename T, int VPT>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
-    __shared__ double2 red[kMaxWarps * VEC];  // see exchangeSums
+    __shared__ float2 red[kMaxWarps * VEC];  // see exchangeSums
     __shared__ double2 table[kMaxK * VEC];
     __shared__ float kS[VEC];
     __shared__ uint64_t bar;
@@ -521,7 +526,7 @@ template <typename T, int VPT, bool NHWC, int VB = 16>
 __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
     static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
     constexpr int VEC = VB / int(sizeof(T));
-    __shared__ double2 red[kMaxWarps];  // see exchangeSums
+    __shared__ float2 red[kMaxWarps];  // see exchangeSums
     __shared__ double2 table[kMaxK];
     __shared__ uint64_t bar;
 
