@@ -171,9 +171,11 @@ __device__ __forceinline__ void clusterArriveStarted(int K, int count, uint64_t*
 }
 
 // Lane i < count of each warp holds the warp's fp32 sums of slot i in
-// `mine`; red is block scratch of kMaxWarps * count entries. Afterwards
-// table[e * count + i], e < the returned number of entries, holds the double
-// partials of slot i, the same in every block. Every thread calls this.
+// `mine`; red is block scratch of kMaxWarps * count entries. Returns the
+// number of entries a slot has for slotStats: with a cluster, K, in
+// table[e * count + i] (the blocks' double totals, the same in every block);
+// with one block, the number of warps, in red[e * count + i] (the warps'
+// sums). Every thread calls this.
 __device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int rank, float2* red, double2* table,
                                             uint64_t* bar) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
