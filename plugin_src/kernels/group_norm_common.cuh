@@ -114,7 +114,26 @@ __device__ __forceinline__ Raw<T, VEC> loadRaw(const T* p) {
     return r;
 }
 
-template <typename T, int VEC, Cache C = Cache::kDefault>
+// Plain (weak) global stores of 16, 8 and 4 bytes, for storeVec's kAsm.
+__device__ __forceinline__ void storeGlobal(uint4* p, uint4 v) {
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+__device__ __forceinline__ void storeGlobal(uint2* p, uint2 v) {
+    asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
+}
+__device__ __forceinline__ void storeGlobal(uint32_t* p, uint32_t v) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v));
+}
+
+// kAsm: the vector stored by asm, not by assignment. NVVM split
+// `*(uint4*)p = u` into four 4-byte stores in the NCHW on-chip grid and, with
+// pointers stepped by a runtime stride, in the NHWC cluster kernels
+// (1x512x64x64 NHWC 6.5 -> 10.2 us); those take kAsm. It splits them in the
+// NCHW cluster kernels too (two or more vectors a thread), where asm stores
+// measured within run-to-run noise, and in the on-chip NHWC grid, whose
+// stores were whole already, asm stores (with or without a memory clobber)
+// ran 0.1-0.3 us slower on most shapes: both keep assignments. (__stwb, st.global.wb, compiles to a strong store.)
+template <typename T, int VEC, Cache C = Cache::kDefault, bool kAsm = false>
 __device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
     if constexpr (VEC == 1) {
         *p = fromFloat<T>(f[0]);
@@ -140,6 +159,8 @@ __device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
         }
         if constexpr (C == Cache::kStreaming) {
             __stcs(reinterpret_cast<S*>(p), u);
+        } else if constexpr (kAsm) {
+            storeGlobal(reinterpret_cast<S*>(p), u);
         } else {
             *reinterpret_cast<S*>(p) = u;
         }

@@ -1080,7 +1080,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
             for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - st.x, ss.x, ss.y);
             activateVec(o, a.act);
         }
-        storeVec<T, VEC, kStore>(ys + i * VEC, o);
+        storeVec<T, VEC, kStore, true>(ys + i * VEC, o);  // whole 16-byte stores (storeVec)
     };
     int64_t cached = -1;  // consecutive vectors of a thread mostly share a channel
     float2 ss = make_float2(0.f, 0.f);
