@@ -71,6 +71,13 @@ struct FusedArgs {
     float eps;
     int act;
     bool affineFp32;
+    // NHWC gnFusedGroup and gnFusedSet2 (at the end: placed before c, they
+    // made the NCHW kernels' code 0.1 us slower):
+    int log2K;            // K = 1 << log2K
+    int log2S;            // 1 << log2S blocks a group, each writing its share (splitPlan); K == 1
+    int rowMagic;         // ceil(65536 / lanes a unit): tid / lanes = tid * rowMagic >> 16 for tid < 512
+    int64_t imageStride;  // elements from one image to the next
+    int64_t unitStep;     // elements from a thread's vector to its next (R pixels)
 };
 
 __device__ __forceinline__ int clusterRank(int K) {
@@ -432,24 +439,30 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
     __shared__ float kS[VEC];
     __shared__ uint64_t bar;
 
+    // Before the loads only multiplications and shifts: a division is a
+    // chain of ~20 dependent instructions, and the loads wait for it.
     const int tid = threadIdx.x;
     const int lane = tid & 31;
-    const int lu = tid % a.vs, row = tid / a.vs;
+    const int row = (tid * a.rowMagic) >> 16;
+    const int lu = tid - row * a.vs;
     const int gps = a.setChannels / a.cpg;
     const int K = a.K;
     const int rank = clusterRank(K);
-    const int64_t set = blockIdx.x / K;
-    const int64_t n = blockIdx.y;
-    const int64_t setBase = n * a.hw * a.cs + set * a.setChannels;
+    const int set = blockIdx.x >> a.log2K;
+    const int64_t setBase = blockIdx.y * a.imageStride + int64_t(set) * a.setChannels;
     const T* xs = static_cast<const T*>(a.x) + setBase;
-    const T* x = xs + lu * VEC;
-    T* y = static_cast<T*>(a.y) + setBase + lu * VEC;
-    auto unit = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + row; };
+    const int R = a.R;
+    const int u0 = rank * VPT * R + row;  // the thread's first pixel; then every R
+    const int64_t off0 = int64_t(u0) * a.cs + lu * VEC;
+    const T* x = xs + off0;
+    T* y = static_cast<T*>(a.y) + setBase + off0;
+    // Lambdas capture locals by value (see gnFusedGroup).
+    auto unit = [=](int i) { return u0 + i * R; };
 
     Raw<T, VEC> data[VPT];
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        if (unit(i) < a.hw) data[i] = loadRaw<T, VEC>(x + unit(i) * a.cs);
+        if (unit(i) < a.hw) data[i] = loadRaw<T, VEC>(x + i * a.unitStep);
     }
     const int c0 = lu * VEC;  // channel of element 0 within the set
     const int gLo = c0 / a.cpg, gHi = (c0 + VEC - 1) / a.cpg;
@@ -510,7 +523,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
             for (int e = 0; e < VEC; ++e)
                 out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
             activateVec(out, a.act);
-            storeVec<T, VEC>(y + unit(i) * a.cs, out);
+            storeVec<T, VEC, Cache::kDefault, true>(y + i * a.unitStep, out);
         }
     }
 }
@@ -532,25 +545,46 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     __shared__ double2 table[kMaxK];
     __shared__ uint64_t bar;
 
+    // Before the loads only multiplications and shifts: a division is a
+    // chain of ~20 dependent instructions, and the loads wait for it.
     const int tid = threadIdx.x;
-    const int lanes = NHWC ? a.vs : 1;
-    const int lu = NHWC ? tid % lanes : 0;  // vector within the unit
-    const int row = NHWC ? tid / lanes : tid;
+    const int row = NHWC ? (tid * a.rowMagic) >> 16 : tid;
+    const int lu = NHWC ? tid - row * a.vs : 0;  // vector within the unit
     const int K = a.K;
     const int rank = clusterRank(K);
-    const int64_t g = blockIdx.x / K;
-    const int64_t n = blockIdx.y;
-    // Element offset of the group's first element, and of unit u's vector.
-    const int64_t base = NHWC ? n * a.hw * a.cs + g * a.cpg : (n * a.c + g * a.cpg) * a.hw;
-    const int64_t unitStride = NHWC ? a.cs : VEC;
-    const T* x = static_cast<const T*>(a.x) + base + lu * VEC;
-    T* y = static_cast<T*>(a.y) + base + lu * VEC;
-    auto unit = [&](int i) { return (int64_t(rank) * VPT + i) * a.R + row; };
+    // NHWC only (log2S is 0 for NCHW): vectors i with i % S == part are
+    // this block's to write (splitPlan).
+    const int sMask = (1 << a.log2S) - 1;
+    const int part = blockIdx.x & sMask;
+    // Lambdas capture locals by value: capturing `a` by reference made NVVM
+    // address the kernel parameter through a pointer, and the NCHW kernels
+    // 0.1-0.5 us slower (H100; 1x512x64x64, 2x320x64x64, 1x96x160x160).
+    auto mine = [=](int i) { return (i & sMask) == part; };
+    // Element offset of the group's first element, and of the thread's
+    // vector i. NCHW keeps its earlier form (a division, 64-bit unit
+    // offsets); the NHWC form was timed on NCHW only together with lambdas
+    // that captured `a` by reference, which slowed NCHW by 0.1-0.5 us.
+    const int64_t g = NHWC ? int64_t(blockIdx.x >> (a.log2K + a.log2S)) : int64_t(blockIdx.x / K);
+    const int64_t base = NHWC ? blockIdx.y * a.imageStride + g * a.cpg : (int64_t(blockIdx.y) * a.c + g * a.cpg) * a.hw;
+    const int R = a.R;
+    const int64_t unitStep = a.unitStep;
+    const int u0 = rank * VPT * R + row;  // NHWC: the thread's first pixel; then every R
+    const int64_t off0 = NHWC ? base + int64_t(u0) * a.cs + lu * VEC : base;
+    const T* x = static_cast<const T*>(a.x) + off0;
+    T* y = static_cast<T*>(a.y) + off0;
+    auto unit = [=](int i) -> int64_t {
+        if constexpr (NHWC) return u0 + i * R;
+        return (int64_t(rank) * VPT + i) * R + row;
+    };
+    auto offset = [=](int i) -> int64_t {
+        if constexpr (NHWC) return i * unitStep;
+        return ((int64_t(rank) * VPT + i) * R + row) * VEC;
+    };
 
     Raw<T, VEC> data[VPT];
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
-        if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + unit(i) * unitStride);
+        if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + offset(i));
     }
     clusterArriveStarted(K, 1, &bar);
     const float k = toFloat<T>(static_cast<const T*>(a.x)[base]);
@@ -616,13 +650,13 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
         for (int e = 0; e < VEC; ++e) f[e] = affineOf(st, gamma[e], beta[e]);
 #pragma unroll
         for (int i = 0; i < VPT; ++i) {
-            if (unit(i) < a.units) {
+            if (unit(i) < a.units && mine(i)) {
                 float out[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; ++e)
                     out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
                 activateVec(out, a.act);
-                storeVec<T, VEC>(y + unit(i) * unitStride, out);
+                storeVec<T, VEC, Cache::kDefault, true>(y + offset(i), out);
             }
         }
     } else {
@@ -641,7 +675,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
                 for (int e = 0; e < VEC; ++e)
                     out[e] = fmaf(data[i].getFresh(e) - f.hi, f.scale, f.shift);
                 activateVec(out, a.act);
-                storeVec<T, VEC>(y + unit(i) * VEC, out);
+                storeVec<T, VEC>(y + offset(i), out);
             }
         }
     }
@@ -652,6 +686,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
 struct FusedPlan {
     bool ok = false;
     int K = 0, vpt = 0, R = 0, threads = 0;
+    int S = 1;  // blocks a group (K == 1): splitPlan
     double cost = 0;  // the estimate below: about 1 ns a unit on an H200 (0.85-1.2 for half the cases)
 };
 
@@ -729,6 +764,29 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
         }
     }
     return best;
+}
+
+// A plan of single blocks (K = 1) that leaves more than half the SMs idle
+// (sd15-unet-1280x8, 1280x16, 2560x8 NHWC: 64 groups) runs two blocks a group
+// instead: each loads and sums the whole group (the second block's read is
+// served by L2) and writes every other vector of its threads (log2S). No
+// exchange between blocks, and half the writes, with their SiLU, an SM. Where
+// a thread would hold 4 or more vectors, the block takes twice the threads
+// with half the vectors each. NHWC groups of whole 16-byte vectors
+// (gnFusedGroup), Hopper: where it was measured. H100, fp16, every plan timed
+// twice (sweep): sd15-unet-2560x8 (1,4,160) 3.31 us -> two blocks 3.13, with
+// 320 threads 3.00; 1280x16 (1,4,320) 3.86 -> 3.73; 1280x8 (1,2,160) 2.82 ->
+// 2.78. Not for the 8-byte groups (2x640x16x16, 20 halves a pixel: 3.30 ->
+// 3.36) nor NCHW, whose picked one-block plans hold one vector a thread.
+FusedPlan splitPlan(FusedPlan plan, int64_t clusters, const DeviceInfo& dev) {
+    if (!plan.ok || plan.K != 1 || dev.ccMajor < 9 || 2 * clusters > dev.numSMs || plan.vpt < 2) return plan;
+    plan.S = 2;
+    if (plan.vpt >= 4 && 2 * plan.threads <= kFusedMaxThreads) {
+        plan.vpt /= 2;
+        plan.R *= 2;
+        plan.threads *= 2;
+    }
+    return plan;
 }
 
 template <typename T, template <typename, int> class Kernel, bool kWith32 = false>
@@ -847,6 +905,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         const int64_t vs = p.cpg / VEC;
         plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCGroup);
         if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
+        plan = splitPlan(plan, p.n * p.groups, dev);
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
@@ -907,9 +966,19 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     }
     a.R = plan.R;
     a.K = plan.K;
+    a.log2K = 0;
+    while ((1 << a.log2K) < plan.K) ++a.log2K;
+    a.log2S = plan.S == 2 ? 1 : 0;
+    {
+        const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+        const int lanes = nhwc ? a.vs : 1;
+        a.rowMagic = (65536 + lanes - 1) / lanes;
+        a.imageStride = nhwc ? p.hw * p.cs : p.c * p.hw;
+        a.unitStep = int64_t(plan.R) * (nhwc ? p.cs : VEC);
+    }
 
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(int64_t(a.groupsPerN) * plan.K), unsigned(p.n), 1);
+    cfg.gridDim = dim3(unsigned(int64_t(a.groupsPerN) * plan.K * plan.S), unsigned(p.n), 1);
     cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
