@@ -132,7 +132,8 @@ __device__ __forceinline__ void storeGlobal(uint32_t* p, uint32_t v) {
 // NCHW cluster kernels too (two or more vectors a thread), where asm stores
 // measured within run-to-run noise, and in the on-chip NHWC grid, whose
 // stores were whole already, asm stores (with or without a memory clobber)
-// ran 0.1-0.3 us slower on most shapes: both keep assignments. (__stwb, st.global.wb, compiles to a strong store.)
+// ran 0.1-0.3 us slower on most shapes: both keep assignments. (__stwb,
+// st.global.wb, compiles to a strong store.)
 template <typename T, int VEC, Cache C = Cache::kDefault, bool kAsm = false>
 __device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
     if constexpr (VEC == 1) {
