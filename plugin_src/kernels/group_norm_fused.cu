@@ -78,7 +78,7 @@ struct FusedArgs {
     int rowMagic;         // ceil(65536 / lanes a unit): tid / lanes = tid * rowMagic >> 16 for tid < 512
     int64_t imageStride;  // elements from one image to the next
     int64_t unitStep;     // elements from a thread's vector to its next (R pixels)
-    int exact;            // K * R * VPT == units: every vector of every thread is in range (NHWC loads)
+    int exact;            // K * R * VPT == units: every vector in range (loads of NHWC gnFusedGroup, gnFusedSet2)
 };
 
 __device__ __forceinline__ int clusterRank(int K) {
@@ -215,8 +215,8 @@ __device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int r
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int numWarps = int(blockDim.x >> 5);
     if (lane < count) red[warp * count + lane] = mine;
-    // Absent warps' entries are zero (sumWarpEntries): at most 16 * 8 of
-    // them, and a block has at least 32 threads.
+    // Absent warps' entries are zero (sumWarpEntries): red holds at most
+    // 16 * 8 entries and a block has at least 32 threads, so 4 rounds do.
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
         const int j = numWarps * count + int(threadIdx.x) + r * int(blockDim.x);
@@ -626,7 +626,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     // (narrow vectors) 5.67-5.89 -> 5.46-5.59 / 5.67-5.85 -> 5.46-5.62 us,
     // 2x320x32x32 (gnFusedSet2) 0.04-0.13 us faster, 1x512x64x64 0.12-0.16
     // us slower in fp16 and 0.13-0.19 faster in bf16, others within noise.
-    // NCHW kept its code: the same branch made it 0.1-0.4 us slower on two
+    // NCHW kept its code: the same branch made it 0.16-0.37 us slower on two
     // shapes (1x512x64x64 bf16, 2x640x32x32 bf16).
     Raw<T, VEC> data[VPT];
     if (NHWC && a.exact) {
