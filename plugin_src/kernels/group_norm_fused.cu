@@ -79,6 +79,12 @@ struct FusedArgs {
     int64_t imageStride;  // elements from one image to the next
     int64_t unitStep;     // elements from a thread's vector to its next (R pixels)
     int exact;            // K * R * VPT == units: every vector in range (loads of NHWC gnFusedGroup, gnFusedSet2)
+    // NHWC gnFusedGroup only, 32-bit (the host launches it for tensors of
+    // under 2^31 elements):
+    uint32_t imageStride32;  // imageStride
+    uint32_t unitStep32;     // unitStep
+    uint32_t rankStep32;     // VPT * R * cs: from one cluster rank's pixels to the next
+    uint32_t rowSkip32;      // cs - lanes * VEC: a row's step beyond its lanes' vectors
 };
 
 __device__ __forceinline__ int clusterRank(int K) {
@@ -604,19 +610,32 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     // offsets); the NHWC form was timed on NCHW only together with lambdas
     // that captured `a` by reference, which slowed NCHW by 0.1-0.5 us.
     const int64_t g = NHWC ? int64_t(blockIdx.x >> (a.log2K + a.log2S)) : int64_t(blockIdx.x / K);
-    const int64_t base = NHWC ? blockIdx.y * a.imageStride + g * a.cpg : (int64_t(blockIdx.y) * a.c + g * a.cpg) * a.hw;
+    // NHWC offsets are 32-bit (the host sends no tensor of 2^31 elements or
+    // more here) and the thread's is one sum of products of host-made terms:
+    // u0 * cs + lu * VEC = tid * VEC + row * (cs - lanes * VEC) + rank's.
+    // The first load of gnFusedGroup<half, 4, NHWC> moved from the 61st
+    // instruction to the 37th. H100, old and new alternated 3 and 5 times,
+    // fp16 / bf16: sd15-unet-1280x16 0.06-0.12 / 0.02-0.07 us faster,
+    // 640x32 0.06-0.10 faster / 0.01-0.02 slower, 2560x8 0.03-0.08 faster,
+    // 1280x8 and 2x640x16x16 within 0.04; 1x512x64x64 0.16-0.23 faster in
+    // fp16, 0.15-0.24 slower in bf16. Loading k before the data as well
+    // made 640x32 0.1-0.2 us slower than this.
+    const uint32_t base32 = NHWC ? blockIdx.y * a.imageStride32 + uint32_t(g) * uint32_t(a.cpg) : 0u;
+    const int64_t base = NHWC ? int64_t(base32) : (int64_t(blockIdx.y) * a.c + g * a.cpg) * a.hw;
     const int R = a.R;
-    const int64_t unitStep = a.unitStep;
+    const uint32_t unitStep32 = a.unitStep32;
     const int u0 = rank * VPT * R + row;  // NHWC: the thread's first pixel; then every R
-    const int64_t off0 = NHWC ? base + int64_t(u0) * a.cs + lu * VEC : base;
-    const T* x = static_cast<const T*>(a.x) + off0;
-    T* y = static_cast<T*>(a.y) + off0;
+    const uint32_t off32 =
+        NHWC ? base32 + uint32_t(rank) * a.rankStep32 + uint32_t(tid) * VEC + uint32_t(row) * a.rowSkip32 : 0u;
+    // NHWC: offsets from the tensor's start; NCHW: from the group's.
+    const T* x = static_cast<const T*>(a.x) + (NHWC ? 0 : base);
+    T* y = static_cast<T*>(a.y) + (NHWC ? 0 : base);
     auto unit = [=](int i) -> int64_t {
         if constexpr (NHWC) return u0 + i * R;
         return (int64_t(rank) * VPT + i) * R + row;
     };
     auto offset = [=](int i) -> int64_t {
-        if constexpr (NHWC) return i * unitStep;
+        if constexpr (NHWC) return int64_t(off32 + uint32_t(i) * unitStep32);
         return ((int64_t(rank) * VPT + i) * R + row) * VEC;
     };
 
@@ -942,7 +961,13 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     // Where they have no plan under maxCost, the sets below are tried.
     if (narrowGroups)
         plan = planFused(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCNarrow);
+    // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
+    // images) take another path.
+    const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
+    int groupVec = VEC;  // elements a vector of the NHWC gnFusedGroup picked
     if (narrowGroups && plan.ok && plan.cost < maxCost) {
+        if (!fits32) return cudaSuccess;
+        groupVec = narrowBytes / int(sizeof(T));
         a.vs = int(narrowLanes);
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
@@ -956,7 +981,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
         plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCGroup);
-        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
+        if (!plan.ok || plan.cost >= maxCost || !fits32) return cudaSuccess;
         plan = splitPlan(plan, p.n * p.groups, dev);
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
@@ -1028,6 +1053,10 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.imageStride = nhwc ? p.hw * p.cs : p.c * p.hw;
         a.unitStep = int64_t(plan.R) * (nhwc ? p.cs : VEC);
         a.exact = int64_t(plan.K) * plan.R * plan.vpt == a.units;
+        a.imageStride32 = uint32_t(a.imageStride);
+        a.unitStep32 = uint32_t(a.unitStep);
+        a.rankStep32 = uint32_t(int64_t(plan.vpt) * plan.R * p.cs);
+        a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
     }
 
     cudaLaunchConfig_t cfg = {};

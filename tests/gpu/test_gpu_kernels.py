@@ -427,3 +427,26 @@ def test_more_than_2_pow_31_elements(layout):
         assert_close(y[:, sl], ref, torch.float16, what=f"group {g}")
         del ref
     assert not torch.isnan(y).any(), "elements left unwritten"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [8191, 8192])
+def test_many_images_near_2_pow_31_elements(n):
+    """NHWC groups of whole vectors in many small images: the single-pass kernels address them with
+    32-bit offsets, taken under 2**31 elements (8191 images); at 2**31 (8192) another path runs."""
+    c, h, w, groups = 256, 32, 32, 16
+    need = 4 * n * c * h * w + (1 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    torch.manual_seed(17)
+    x = torch.empty((n, c, h, w), device=DEVICE, dtype=torch.float16, memory_format=torch.channels_last)
+    x.normal_(0.25, 2.0)
+    weight, bias = affine_for(c, "fp32", torch.float16, DEVICE)
+    y = poison_(torch.empty_like(x))
+    launch(params_for(x, y, weight, bias, groups, 1e-5, "silu", "nhwc"), DEVICE)
+    torch.cuda.synchronize()
+    for i in (0, 1, n // 2, n - 2, n - 1):  # the last images hold the largest offsets
+        ref = group_norm_act_reference(x[i:i + 1], weight, bias, groups, 1e-5, "silu")
+        assert_close(y[i:i + 1], ref, torch.float16, what=f"image {i}")
+    assert not torch.isnan(y).any(), "elements left unwritten"
