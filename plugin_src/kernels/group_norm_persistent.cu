@@ -47,8 +47,12 @@
 // threads' means relative to k, added in double). The output is (x - hi) *
 // scale + (beta - lo * scale), hi + lo the mean (see finishStats).
 #include <cooperative_groups.h>
+#include <cuda.h>  // CUtensorMap: the channel slices' 2-D bulk copies
+#include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <numeric>
+#include <type_traits>
 
 #include "group_norm_common.cuh"
 #include "group_norm_fused.h"
@@ -76,6 +80,11 @@ struct PersistentArgs {
     int c, cpg, groups;
     int blocksPer;      // NHWC: blocks per image; NCHW: blocks per (n, group)
     int tileOffset;     // bytes of shared memory before the tile
+    // On-chip NHWC in channel slices (see sliceCount): c and groups are then
+    // a slice's, cs and groupsAll the image's.
+    int cs;             // channels a pixel in memory
+    int groupsAll;      // groups an image
+    int log2Slices;     // 1 << log2Slices slices an image
     float eps;
     int act;
     bool affineFp32;
@@ -126,6 +135,21 @@ __device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t by
             "l"(src), "r"(bytes), "r"(smemAddr(bar))
             : "memory");
     }
+#endif
+}
+
+// Copies the box of the 2-D tensor map at (column c0, row r0) to shared
+// memory (128-byte aligned); the mbarrier completes when its `bytes` (the
+// whole box, rows past the tensor filled with zeros) have landed.
+__device__ __forceinline__ void tensorLoad2d(void* dst, const CUtensorMap* map, int c0, int r0, uint32_t bytes,
+                                             uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+            smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(smemAddr(bar))
+        : "memory");
 #endif
 }
 
@@ -666,7 +690,8 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
 // 10.9 -> 10.3 / 11.3 -> 10.8, 3x320x48x48 8.3 -> 7.7 / 8.7 -> 8.25,
 // 1x512x128x128 14.1 -> 13.75 / 15.0 -> 14.9.
 template <typename T, bool kTwoGroups>
-__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q) {
+__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q,
+                                                             const __grid_constant__ CUtensorMap slicesMap) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -675,17 +700,27 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     unsigned char* tile = smem + a.tileOffset;
 
     const int t = threadIdx.x;
-    const int n = blockIdx.x / a.blocksPer;
-    const int jb = blockIdx.x - n * a.blocksPer;
+    const int ns = blockIdx.x / a.blocksPer;  // (image, slice)
+    const int jb = blockIdx.x - ns * a.blocksPer;
+    const int n = ns >> a.log2Slices, sl = ns & ((1 << a.log2Slices) - 1);
     const int64_t pix0 = int64_t(jb) * a.chunk;
     const int64_t pixels = a.hw - pix0 < a.chunk ? a.hw - pix0 : a.chunk;  // >= 1: the host makes no empty blocks
     // n / (C/G) for 0 <= n < 2^16: (n + 0.5) / d lies at least 0.5/d from an
     // integer, and the fp32 product is within 2^-23 of it, relatively (checked
     // exhaustively for d <= 4096).
     auto divCpg = [&](int v) { return int((float(v) + 0.5f) * q.invCpg); };
-    const T* x = static_cast<const T*>(a.x) + int64_t(n) * a.hw * a.c;
-    startLoads(tile, reinterpret_cast<const unsigned char*>(x + pix0 * a.c), pixels, a.pieceLen,
-               int64_t(a.c) * sizeof(T), bars, false);
+    const T* x = static_cast<const T*>(a.x) + int64_t(n) * a.hw * a.cs + sl * a.c;  // the slice's first channel
+    if (a.log2Slices == 0) {
+        startLoads(tile, reinterpret_cast<const unsigned char*>(x + pix0 * a.c), pixels, a.pieceLen,
+                   int64_t(a.c) * sizeof(T), bars, false);
+    } else if (t == 0) {  // the slice's rows, in pieces of pieceLen rows (the tile holds 4 whole ones)
+        for (int p = 0; p < kMaxPieces; ++p) mbarInit(&bars[p], 1);
+        fenceBarrierInit();
+        const uint32_t pieceBytes = uint32_t(a.pieceLen * a.c * int64_t(sizeof(T)));
+        for (int p = 0; p * a.pieceLen < pixels; ++p)
+            tensorLoad2d(tile + p * pieceBytes, &slicesMap, sl * a.c, int(int64_t(n) * a.hw + pix0 + p * a.pieceLen),
+                         pieceBytes, &bars[p]);
+    }
 
     // Thread t holds vector column t % V of every rowsPerPass-th pixel.
     const int V = q.vecsPerPixel, rowsPerPass = q.rowsPerPass;
@@ -699,8 +734,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 #pragma unroll 1
     for (int g = t ^ 32; g < a.groups; g += kThreads) gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
     uint32_t gBits[VEC], bBits[VEC];  // inactive threads too: c0 < C, and the loads need no branch
-    loadAffineRow<T>(a.gamma, c0, a.affineFp32, gBits);
-    loadAffineRow<T>(a.beta, c0, a.affineFp32, bBits);
+    loadAffineRow<T>(a.gamma, sl * a.c + c0, a.affineFp32, gBits);
+    loadAffineRow<T>(a.beta, sl * a.c + c0, a.affineFp32, bBits);
     __syncthreads();  // the mbarriers are initialised, k is in place
 
     float* chan1 = reinterpret_cast<float*>(smem + q.offChan);  // [rowsPerPass][C]
@@ -772,7 +807,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     // in rows of even length (a zero partial pads odd ones), read two a load.
     const int stride = (a.blocksPer + 1) & ~1;
     const bool pad = stride != a.blocksPer && jb == a.blocksPer - 1;
-    float2* part = a.partials + int64_t(n) * a.groups * stride + jb;
+    const int64_t sliceParts = (int64_t(n) * a.groupsAll + sl * a.groups) * stride;  // the slice's first group's
+    float2* part = a.partials + sliceParts + jb;
 #pragma unroll 1
     for (int base = 0; base < a.groups; base += perPass) {
         const int g = base + t / tpg;
@@ -834,7 +870,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     // go to gstat. Two partials a 16-byte load rather than one in 8 bytes:
     // H200, fp16 and bf16, 3 rounds each, 0.1-0.4 us faster on the 4-21 MB
     // shapes, 0.6-0.9 us on those of one image (132 partials a group).
-    const float4* imageParts = reinterpret_cast<const float4*>(a.partials + int64_t(n) * a.groups * stride);
+    const float4* imageParts = reinterpret_cast<const float4*>(a.partials + sliceParts);
     const int quads = stride / 2;
 #pragma unroll 1
     for (int base = 0; base < a.groups; base += perPass) {
@@ -894,7 +930,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
             shift[j] = bt - st.y * scale[j];
         }
         const uint4* tv = reinterpret_cast<const uint4*>(tile);
-        T* y = static_cast<T*>(a.y) + (int64_t(n) * a.hw + pix0) * a.c + c0;
+        T* y = static_cast<T*>(a.y) + (int64_t(n) * a.hw + pix0) * a.cs + sl * a.c + c0;
 #pragma unroll 1
         for (int64_t r = row; r < pixels; r += rowsPerPass) {
             Raw<T, VEC> v;
@@ -903,7 +939,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 #pragma unroll
             for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
             activateVec(o, a.act);
-            storeVec<T, VEC>(y + r * a.c, o);
+            storeVec<T, VEC>(y + r * a.cs, o);
         }
     }
 #endif
@@ -1112,6 +1148,83 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 
 // ---------------------------------------------------------------- launch ----
 
+// Channel slices of the on-chip NHWC grid. A block holds the pixels of one
+// slice of an image's channels (whole groups) instead of whole pixels,
+// gathered by 2-D bulk copies (Tensor Memory Accelerator,
+// cp.async.bulk.tensor, one a piece): its sums are of a few groups, and
+// after the grid barrier it reads its slice's groups' partials, from
+// 1/slices of the blocks. H100, old and new alternated 3 times in each of
+// two runs, fp16 / bf16, us: 1x512x128x128 (slices of 64 channels)
+// 13.2-13.6 -> 12.1-12.3 / 13.9-14.1 -> 13.1-13.4, 2x640x64x64 (80)
+// 10.45-10.8 -> 10.3-10.55 / 11.0-11.3 -> 10.3-10.7, 1x256x128x128 (64)
+// 9.5-9.75 -> 9.2-9.4 / 9.9-10.2 -> 9.45-9.55, 2x320x64x64 (80) 7.75-8.05
+// -> 7.6-7.75 / 8.4-8.5 -> 8.05-8.25, 1x512x96x96 9.9-10.1 -> 9.4-9.5 /
+// 10.4-10.5 -> 9.85-9.9; 3x320x48x48 and 2x384x64x64 (96) 0.05-0.3 faster;
+// 4x320x64x64 0.15-0.25 slower in fp16, 0.25-0.3 faster in bf16. Slices of
+// 40 channels were slower (2x320x64x64: 1.0-1.2 us), and so were
+// 2x320x128x128 in slices of 80 with 160 KB a block (0.6-2 us) and
+// 2x960x48x48 in slices of 120 (rows of 240 bytes, across 32-byte sectors:
+// 0.2-0.8 us); the rule below takes the most slices of 64-128 channels whose
+// rows are whole sectors, at most 128 KB a block, 16 bits only (measured).
+// The whole-pixel grid (2x320x128x128 unsliced) read 0.1-0.8 us slower in
+// fp16 and the same in bf16 with this code (its bulk copy now goes out at
+// the 98th instruction, not the 105th). Per-thread cp.async gathers of such
+// slices had lost to whole pixels everywhere but on one image.
+// Returns log2 of the slices an image (0: whole pixels) and sets pieceLen.
+// 2-D bulk copies need boxes of at most 256 rows and 256 channels, rows of
+// 16-byte multiples and 128-byte aligned destinations.
+template <typename T>
+int sliceCount(const Problem& p, const DeviceInfo& dev, int64_t staticSmem, int64_t* pieceLen) {
+    constexpr int VEC = kVec16<T>;
+    constexpr int64_t kMinSliceChannels = 64, kMaxSliceChannels = 128, kMaxTileBytes = 128 * 1024;
+    if (sizeof(T) != 2) return 0;  // measured in 16 bits only
+    int log2s = 0;  // the most slices of 64-128 channels, rows of whole 32-byte sectors
+    for (int l = 1; l <= 4; ++l) {
+        const int64_t s = int64_t(1) << l, sliceC = p.c / s;
+        if (p.c % s == 0 && p.groups % s == 0 && sliceC % VEC == 0 && sliceC >= kMinSliceChannels &&
+            sliceC <= kMaxSliceChannels && (sliceC * int64_t(sizeof(T))) % 32 == 0)
+            log2s = l;
+    }
+    if (log2s == 0) return 0;
+    const int64_t s = int64_t(1) << log2s;
+    if (p.n * s > dev.numSMs) return 0;
+    const int64_t rowBytes = p.c / s * int64_t(sizeof(T));
+    const int64_t chunk = ceilDiv(p.hw, dev.numSMs / (p.n * s));
+    const int64_t quantum = 128 / std::gcd(rowBytes, int64_t(128));  // rows a piece: 128-byte aligned pieces
+    const int64_t len = ceilDiv(ceilDiv(chunk, kMaxPieces), quantum) * quantum;
+    const int64_t tileBytes = kMaxPieces * len * rowBytes;
+    int tileOffset = 0;
+    onChipPlan(int(p.c / s), VEC, int(p.groups / s), &tileOffset);
+    if (len > 256 || tileBytes > kMaxTileBytes || staticSmem + tileOffset + tileBytes > dev.maxSmemOptin) return 0;
+    *pieceLen = len;
+    return log2s;
+}
+
+// The 2-D tensor map of x for the slices: (channels, pixels of all images),
+// boxes of one slice's channels by pieceLen rows. False where the driver
+// does not provide the encoder (the caller then keeps whole pixels).
+template <typename T>
+bool encodeSlicesMap(const Problem& p, int sliceC, int64_t pieceLen, CUtensorMap* map) {
+    // Looked up on every call (nothing is kept between calls).
+    PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || encode == nullptr) {
+        cudaGetLastError();  // not sticky; clear it
+        return false;
+    }
+    const cuuint64_t dims[2] = {cuuint64_t(p.c), cuuint64_t(p.n * p.hw)};
+    const cuuint64_t strides[1] = {cuuint64_t(p.cs) * sizeof(T)};
+    const cuuint32_t box[2] = {cuuint32_t(sliceC), cuuint32_t(pieceLen)};
+    const cuuint32_t elementStrides[2] = {1, 1};
+    const CUtensorMapDataType type =
+        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    return encode(map, type, 2, const_cast<void*>(p.x), dims, strides, box, elementStrides,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <typename T>
 cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
                                  cudaStream_t stream, bool* launched) {
@@ -1133,6 +1246,9 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     a.eps = p.eps;
     a.act = int(p.act);
     a.affineFp32 = p.affineFp32;
+    a.cs = int(p.c);
+    a.groupsAll = int(p.groups);
+    a.log2Slices = 0;
 
     const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
 
@@ -1193,6 +1309,28 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
     if (e != cudaSuccess) return e;
     const bool streaming = a.tileOffset + chunk * unitBytes + int64_t(fa.sharedSizeBytes) > dev.maxSmemOptin;
+    // On-chip NHWC in channel slices where sliceCount finds a plan (and the
+    // driver encodes its tensor map): a slice's channels, groups and blocks.
+    CUtensorMap slicesMap{};
+    int64_t slicePieceLen = 0;
+    if (nhwc && !streaming) {
+        const int log2s = sliceCount<T>(p, dev, fa.sharedSizeBytes, &slicePieceLen);
+        const int64_t imageSlices = p.n << log2s;
+        const int64_t sliceChunk = log2s > 0 ? ceilDiv(p.hw, dev.numSMs / imageSlices) : 0;
+        const int64_t stride = (ceilDiv(p.hw, std::max<int64_t>(1, sliceChunk)) + 1) & ~int64_t(1);
+        if (log2s > 0 && size_t(p.n * p.groups * stride) * sizeof(float2) <= workspaceBytes &&
+            encodeSlicesMap<T>(p, int(p.c >> log2s), slicePieceLen, &slicesMap)) {
+            a.log2Slices = log2s;
+            a.c = int(p.c >> log2s);
+            a.groups = int(p.groups >> log2s);
+            chunk = sliceChunk;
+            a.chunk = chunk;
+            a.blocksPer = int(ceilDiv(p.hw, chunk));
+            blocks = imageSlices * a.blocksPer;
+            unitBytes = a.c * int64_t(sizeof(T));
+            plan = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
+        }
+    }
     if (streaming) {
         if (nhwc) {
             a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
@@ -1213,6 +1351,10 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     if (nhwc && streaming) a.tileCap = std::min<int64_t>(a.tileCap, p.hw / a.blocksPer);
     if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return cudaSuccess;
     a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
+    if (a.log2Slices > 0) {  // four whole boxes of slicePieceLen rows (sliceCount checked the room)
+        a.pieceLen = slicePieceLen;
+        a.tileCap = kMaxPieces * slicePieceLen;
+    }
     // Streaming NHWC where at least 3/4 of the image is head: its second read
     // keeps the next batch in flight while the current one is activated.
     // H200, fp16/bf16, A/B, 3 rounds: 1x256x512x512 (80% head) -0.6 to
@@ -1235,7 +1377,7 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     attr[0].val.cooperative = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    void* args[] = {&a, &plan};  // gnOnChipNHWC takes both, the others a only
+    void* args[] = {&a, &plan, &slicesMap};  // gnOnChipNHWC takes all three, the others a only
     if (!nhwc || streaming) args[1] = nullptr;
     *launched = true;
     return cudaLaunchKernelExC(&cfg, kernel, args);

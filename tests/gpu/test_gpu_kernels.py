@@ -155,6 +155,20 @@ def test_on_chip_path(dtype, layout, size, groups):
     check(const, *affine_for(size[1], "fp32", dtype, DEVICE), groups, 1e-5, "silu", layout, "constant")
 
 
+# NHWC 16-bit tensors of the on-chip grid whose channels split into slices of 64-128 (whole groups,
+# rows of whole 32-byte sectors) run in slices, each loaded by 2-D bulk copies: ragged last blocks
+# and pieces (3x320x48x48: 210 pixels a block, pieces of 56 rows), 96-channel slices of 192-byte
+# rows, one image of 64-channel slices, a batch of 4, and groups of 16 channels.
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("size,groups", [((3, 320, 48, 48), 32), ((2, 384, 64, 64), 32), ((1, 512, 128, 128), 32),
+                                         ((4, 320, 64, 64), 32), ((1, 256, 128, 128), 16)])
+def test_on_chip_channel_slices(dtype, size, groups):
+    torch.manual_seed(sum(size) + groups)
+    x = (torch.randn(size, device=DEVICE) * 1.5 - 0.25).to(dtype)
+    for affine in ("x", "fp32"):
+        check(x, *affine_for(size[1], affine, dtype, DEVICE), groups, 1e-5, "silu", "nhwc", f"{size} {affine}")
+
+
 # Under 4 MB, shapes that no cluster plan fits (too many pixels a group for a cluster's registers)
 # take the on-chip grid too, not the two-pass kernels: 1x320x80x80 in 16 bits (NHWC), one group
 # (both layouts), one group of 8x8 pixels. So do those whose cluster plan is estimated slower than
