@@ -18,7 +18,11 @@
 // Thread t always holds vector column t % (C/VEC) of the pixel, so the
 // per-channel statistics, gamma, beta and group of its VEC channels stay in
 // registers; the threads' sums are added into groups in a fixed order (no atomics:
-// every launch gives bit-identical results).
+// every launch gives bit-identical results). In 16 bits, where the channels
+// split into slices of 64-128 (sliceCount), a block's chunk is instead a run
+// of pixels of one slice of the channels, gathered by 2-D bulk copies
+// (cp.async.bulk.tensor) through a tensor map; c and groups are then the
+// slice's.
 // NCHW: a (n, group) is one contiguous run; a block's chunk is a part of one
 // such run.
 // Kernels: gnOnChipNHWC (the tensor fits the SMs' shared memory; written
@@ -1166,10 +1170,13 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 // 2x960x48x48 in slices of 120 (rows of 240 bytes, across 32-byte sectors:
 // 0.2-0.8 us); the rule below takes the most slices of 64-128 channels whose
 // rows are whole sectors, at most 128 KB a block, 16 bits only (measured).
-// The whole-pixel grid (2x320x128x128 unsliced) read 0.1-0.8 us slower in
-// fp16 and the same in bf16 with this code (its bulk copy now goes out at
-// the 98th instruction, not the 105th). Per-thread cp.async gathers of such
-// slices had lost to whole pixels everywhere but on one image.
+// 1x768x64x64 (slices of 96) was unchanged. The whole-pixel grid's own
+// code changed too (its bulk copy goes out at the 98th instruction instead
+// of the 105th): 2x320x128x128, which stays on whole pixels, read 0.24 and
+// 0.83 us slower in fp16 in the two runs and within 0.1 us in bf16 (that
+// shape moves by 1-2 us between runs of the same code, see README).
+// Per-thread cp.async gathers of such slices had lost to whole pixels
+// everywhere but on one image.
 // Returns log2 of the slices an image (0: whole pixels) and sets pieceLen.
 // 2-D bulk copies need boxes of at most 256 rows and 256 channels, rows of
 // 16-byte multiples and 128-byte aligned destinations.
@@ -1205,13 +1212,16 @@ int sliceCount(const Problem& p, const DeviceInfo& dev, int64_t staticSmem, int6
 // does not provide the encoder (the caller then keeps whole pixels).
 template <typename T>
 bool encodeSlicesMap(const Problem& p, int sliceC, int64_t pieceLen, CUtensorMap* map) {
-    // Looked up on every call (nothing is kept between calls).
+    // Looked up on every call (nothing is kept between calls). A failed
+    // lookup is handled here, so its error is taken back out of the
+    // thread's last error, unless that already held the caller's.
     PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     cudaDriverEntryPointQueryResult found{};
+    const cudaError_t before = cudaPeekAtLastError();
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
                                          cudaEnableDefault, &found) != cudaSuccess ||
         found != cudaDriverEntryPointSuccess || encode == nullptr) {
-        cudaGetLastError();  // not sticky; clear it
+        if (before == cudaSuccess) cudaGetLastError();
         return false;
     }
     const cuuint64_t dims[2] = {cuuint64_t(p.c), cuuint64_t(p.n * p.hw)};
