@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python tests/gpu/sanitize_cases.py
 
 Covers both layouts, the three dtypes, the single-block and multi-block paths (small and large
-H*W, the on-chip path for tensors of 4 MB and more, and its streaming form above ~29 MB, clusters of
+H*W, the on-chip path for tensors of 4 MB and more, in channel slices in 16 bits (3x320x48x48),
+and its streaming form above ~29 MB, clusters of
 8 on a 4 MB tensor, NHWC sets doubled to two vectors a pixel, NHWC groups read in 8- and 4-byte
 vectors), odd channels per group and a padded channel stride; checks each result too."""
 
@@ -23,7 +24,8 @@ from trt_gn.reference import assert_close, group_norm_act_reference  # noqa: E40
 CASES = [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((2, 1280, 8, 8), 32), ((1, 64, 160, 160), 32),
          ((3, 15, 5, 1), 5), ((1, 8, 1, 1), 8), ((1, 96, 160, 160), 32), ((1, 128, 352, 352), 32),
          ((1, 512, 64, 64), 32), ((2, 128, 32, 32), 32), ((2, 640, 16, 16), 32), ((2, 960, 16, 16), 32),
-         ((1, 324, 16, 16), 1), ((1, 1028, 4, 4), 4)]  # two passes, group partials merged / per channel
+         ((1, 324, 16, 16), 1), ((1, 1028, 4, 4), 4),  # two passes, group partials merged / per channel
+         ((3, 320, 48, 48), 32)]
 
 
 def main() -> int:
