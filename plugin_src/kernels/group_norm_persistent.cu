@@ -738,8 +738,25 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 #pragma unroll 1
     for (int g = t ^ 32; g < a.groups; g += kThreads) gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
     uint32_t gBits[VEC], bBits[VEC];  // inactive threads too: c0 < C, and the loads need no branch
-    loadAffineRow<T>(a.gamma, sl * a.c + c0, a.affineFp32, gBits);
-    loadAffineRow<T>(a.beta, sl * a.c + c0, a.affineFp32, bBits);
+    // bf16 with gamma/beta of its own dtype on 16-byte boundaries: one 16-byte
+    // load each, kept packed until after the grid barrier. Loaded an element
+    // at a time, NVVM moved bf16's conversions (shifts) up to the loads and
+    // ptxas moved the loaded registers before the first __syncthreads, so the
+    // block waited there for gamma and beta (Nsight Compute, vae-dec-512x128:
+    // long-scoreboard stalls on one register move, 14% of the samples; bf16
+    // 0.9-1.1 us slower than fp16). fp16 keeps the element loads: its
+    // conversions stay where they are used, and 16-byte loads measured 0.0-0.2
+    // us slower there.
+    uint4 gPacked = make_uint4(0, 0, 0, 0), bPacked = gPacked;
+    const bool packed = kIsBf16<T> && !a.affineFp32 &&
+                        ((reinterpret_cast<uintptr_t>(a.gamma) | reinterpret_cast<uintptr_t>(a.beta)) & 15) == 0;
+    if (packed) {
+        if (a.gamma) gPacked = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.gamma) + sl * a.c + c0));
+        if (a.beta) bPacked = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(a.beta) + sl * a.c + c0));
+    } else {
+        loadAffineRow<T>(a.gamma, sl * a.c + c0, a.affineFp32, gBits);
+        loadAffineRow<T>(a.beta, sl * a.c + c0, a.affineFp32, bBits);
+    }
     __syncthreads();  // the mbarriers are initialised, k is in place
 
     float* chan1 = reinterpret_cast<float*>(smem + q.offChan);  // [rowsPerPass][C]
@@ -927,8 +944,16 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             const float4 st = kTwoGroups ? (j < split ? stLo : stHi) : gstat[divCpg(c0 + j)];
-            const float gm = a.gamma ? affineBitsToFloat<T>(gBits[j], a.affineFp32) : 1.f;
-            const float bt = a.beta ? affineBitsToFloat<T>(bBits[j], a.affineFp32) : 0.f;
+            float gm, bt;
+            if (packed) {
+                uint32_t gw = word(gPacked, j >> 1), bw = word(bPacked, j >> 1);
+                asm volatile("" : "+r"(gw), "+r"(bw));  // the unpacking stays after the grid barrier
+                gm = a.gamma ? bitsToFloat<T>((j & 1) ? gw >> 16 : gw & 0xffffu) : 1.f;
+                bt = a.beta ? bitsToFloat<T>((j & 1) ? bw >> 16 : bw & 0xffffu) : 0.f;
+            } else {
+                gm = a.gamma ? affineBitsToFloat<T>(gBits[j], a.affineFp32) : 1.f;
+                bt = a.beta ? affineBitsToFloat<T>(bBits[j], a.affineFp32) : 0.f;
+            }
             mean[j] = st.x;
             scale[j] = st.z * gm;
             shift[j] = bt - st.y * scale[j];
