@@ -259,6 +259,7 @@ def test_help(outcomes, name):
         for sub in SUBCOMMAND_MODULES:
             assert re.search(rf"^\s+{sub}\s", text, re.M), f"{sub} missing from trt-gn --help"
         assert "example: trt-gn pipeline" in text
+    assert "(default: None)" not in text  # an option without a default says what leaving it out does
     assert o.proc.stderr == ""
     assert o.after == o.before
 

@@ -9,7 +9,12 @@ from ._errors import print_error
 
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in the option help, the examples kept as written."""
+    """Defaults in the option help (where an option has one to show), the examples kept as written."""
+
+    def _get_help_string(self, action):
+        if action.default is None:  # "--shapes": its help says what no value means
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _csv(value: str) -> list[str]:
@@ -36,7 +41,7 @@ def register(subparsers) -> None:
         formatter_class=_Formatter,
     )
     p.add_argument("--shapes", type=_csv, default=None,
-                   help=f"comma-separated shape names (default: all): {', '.join(s.name for s in SHAPES)}")
+                   help=f"comma-separated shape names (default: all of them): {', '.join(s.name for s in SHAPES)}")
     p.add_argument("--dtypes", type=_csv, default=",".join(DTYPES), help="comma-separated: fp16, bf16, fp32")
     p.add_argument("--layouts", type=_csv, default=",".join(LAYOUTS), help="comma-separated: nhwc, nchw")
     p.add_argument("--replays", type=int, default=MIN_REPLAYS, help=f"graph replays timed (>= {MIN_REPLAYS})")
