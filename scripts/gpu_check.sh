@@ -3,16 +3,16 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [bench] [vae] [floor] [pipeline] [profile]
+#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [arch80] [bench] [vae] [floor] [pipeline] [profile]
 #
-# Without stages it runs tests, sanitize, plugin, bench and vae.
+# Without stages it runs tests, sanitize, plugin, arch80, bench and vae.
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-stages=${*:-tests sanitize plugin bench vae}
+stages=${*:-tests sanitize plugin arch80 bench vae}
 export PYTHONUNBUFFERED=1
 
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -49,6 +49,16 @@ for s in $stages; do
       fi ;;
     pipeline)
       timeout 300 python3 -m trt_gn.cli pipeline --out "$OUT/pipeline" --no-progress 2>&1 | tee "$OUT/pipeline.log" | tail -25 ;;
+    arch80)
+      # The kernels built for sm_80 alone run here from their compute_80 PTX,
+      # without the code under __CUDA_ARCH__ >= 900: the dispatcher must keep
+      # the cluster and on-chip paths off, and every output still be right.
+      cmake -S plugin_src -B build-gpu-sm80 -G Ninja -DCMAKE_CUDA_ARCHITECTURES=80 -DTRT_GN_BUILD_PLUGIN=OFF \
+          -DTRT_GN_BUILD_TESTS=OFF >"$OUT/cmake-sm80.log" 2>&1 && cmake --build build-gpu-sm80 >>"$OUT/cmake-sm80.log" 2>&1 \
+        || { tail -20 "$OUT/cmake-sm80.log"; rc=1; continue; }
+      TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu-sm80/libtrt_gn_kernels.so timeout 400 python3 -m pytest -q -p no:cacheprovider \
+          tests/gpu/test_gpu_kernels.py -k "shape_list or on_chip or cluster_plans or streaming_path" -rs 2>&1 \
+        | tee "$OUT/tests-sm80.log" | tail -5 || rc=1 ;;
     floor)
       # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).
       timeout 120 build-gpu/trt_gn_floor_probe 2>&1 | tee "$OUT/floor.log" || rc=1 ;;

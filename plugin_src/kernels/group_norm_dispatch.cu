@@ -9,6 +9,10 @@ namespace trtgn {
 
 size_t workspaceBytes(const Problem& p) { return twoPassWorkspaceBytes(p); }
 
+// Compiled like every kernel of the library: the PTX architecture the runtime
+// loads it from tells which code the kernels run on this device.
+__global__ void archProbe() {}
+
 static int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
 
 cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream) {
@@ -18,8 +22,20 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
     DeviceInfo dev{};
     e = cudaDeviceGetAttribute(&dev.numSMs, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return e;
-    e = cudaDeviceGetAttribute(&dev.ccMajor, cudaDevAttrComputeCapabilityMajor, device);
+    int ccMajor = 0;
+    e = cudaDeviceGetAttribute(&ccMajor, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
+    if (ccMajor >= 9) {
+        // A library built without a 9.0+ architecture (CMAKE_CUDA_ARCHITECTURES=80,
+        // say) runs on an H100 from compute_80 PTX, compiled there without the
+        // `__CUDA_ARCH__ >= 900` code: the on-chip grid would write nothing and
+        // the clusters would skip their exchange. Those paths then stay off
+        // (the single-block cluster plans and two passes still run).
+        cudaFuncAttributes fa{};
+        e = cudaFuncGetAttributes(&fa, archProbe);
+        if (e != cudaSuccess) return e;
+        dev.hopperCode = fa.ptxVersion >= 90;
+    }
     e = cudaDeviceGetAttribute(&dev.maxSmemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e != cudaSuccess) return e;
 

@@ -850,7 +850,7 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
 // 2.78. Not for the 8-byte groups (2x640x16x16, 20 halves a pixel: 3.30 ->
 // 3.36) nor NCHW, whose picked one-block plans hold one vector a thread.
 FusedPlan splitPlan(FusedPlan plan, int64_t clusters, const DeviceInfo& dev) {
-    if (!plan.ok || plan.K != 1 || dev.ccMajor < 9 || 2 * clusters > dev.numSMs || plan.vpt < 2) return plan;
+    if (!plan.ok || plan.K != 1 || !dev.hopperCode || 2 * clusters > dev.numSMs || plan.vpt < 2) return plan;
     plan.S = 2;
     if (plan.vpt >= 4 && 2 * plan.threads <= kFusedMaxThreads) {
         plan.vpt /= 2;
@@ -916,7 +916,7 @@ template <typename T>
 cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
-    const int maxK = dev.ccMajor >= 9 ? 8 : 1;  // thread-block clusters need Hopper
+    const int maxK = dev.hopperCode ? 8 : 1;  // thread-block clusters need Hopper
     FusedArgs a{};
     a.x = p.x;
     a.y = p.y;

@@ -7,7 +7,11 @@ namespace trtgn {
 
 struct DeviceInfo {
     int numSMs;
-    int ccMajor;
+    // Compute capability 9.0 or later, and this library's kernels loaded for
+    // it from code built for 9.0 or later: the cluster kernels (K > 1) and the
+    // on-chip grid use Hopper instructions under `__CUDA_ARCH__ >= 900` and
+    // are empty or wrong where the code came from older PTX (see dispatch).
+    bool hopperCode;
     int maxSmemOptin;  // bytes of shared memory a block may opt in to
 };
 

@@ -1265,7 +1265,7 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
                                  cudaStream_t stream, bool* launched) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
-    if (dev.ccMajor < 9 || dev.maxSmemOptin <= 0) return cudaSuccess;
+    if (!dev.hopperCode || dev.maxSmemOptin <= 0) return cudaSuccess;
 
     PersistentArgs a{};
     a.x = p.x;
