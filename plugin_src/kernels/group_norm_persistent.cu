@@ -1400,7 +1400,12 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
         kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
     const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
 
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smemBytes));
+    // The attribute is the function's, for every thread: set to this call's
+    // size, another thread's smaller one could land between it and this
+    // launch, which would then fail. So every call sets the same value, all
+    // that the device allows beside the static shared memory (>= smemBytes).
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             dev.maxSmemOptin - int(fa.sharedSizeBytes));
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(blocks), 1, 1);

@@ -128,6 +128,42 @@ def test_two_threads_two_streams():
         assert all(torch.equal(outs[0], y) for y in outs), "results differ between launches"
 
 
+def test_threads_with_different_shared_memory_sizes():
+    """Two threads run the on-chip grid's fp16 NHWC kernel at once, with tiles of about 130 KB and 23 KB
+    a block. Its shared-memory limit is an attribute of the function, for every thread: when each call
+    set it to its own size, the other thread's smaller setting could land between a call's setting and
+    its launch, and the launch failed."""
+    torch.manual_seed(26)
+    inputs = [
+        torch.randn(n, c, h, w, device=DEVICE, dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+        for n, c, h, w in ((1, 512, 128, 128), (2, 320, 48, 48))
+    ]
+    refs = [group_norm_act_reference(x, None, None, 32, 1e-6, "silu") for x in inputs]
+    results, errors = [None, None], []
+    barrier = threading.Barrier(2)
+
+    def work(i):
+        try:
+            stream = torch.cuda.Stream()
+            with torch.cuda.stream(stream):
+                barrier.wait()
+                for _ in range(2000):
+                    y = op(inputs[i], None, None, 32, 1e-6, "silu")
+            stream.synchronize()
+            results[i] = y
+        except BaseException as e:  # reported from the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for y, ref in zip(results, refs):
+        assert_close(y, ref, torch.float16)
+
+
 BAD = [
     (dict(num_groups=0), _lib.Status.INVALID_ARGUMENT),
     (dict(c=30), _lib.Status.INVALID_ARGUMENT),
