@@ -28,6 +28,7 @@ cmake -S plugin_src -B build-gpu -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 "${trt_a
   && cmake --build build-gpu >>"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 export TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu/libtrt_gn_kernels.so
+export TRT_GN_EXPECT_PTX_ARCH=90  # tests/gpu/test_gpu_runtime.py::test_kernels_ptx_arch
 export TRT_GN_PLUGIN_BUILD_DIR=$PWD/build-gpu/plugin
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 rc=0
@@ -56,8 +57,9 @@ for s in $stages; do
       cmake -S plugin_src -B build-gpu-sm80 -G Ninja -DCMAKE_CUDA_ARCHITECTURES=80 -DTRT_GN_BUILD_PLUGIN=OFF \
           -DTRT_GN_BUILD_TESTS=OFF >"$OUT/cmake-sm80.log" 2>&1 && cmake --build build-gpu-sm80 >>"$OUT/cmake-sm80.log" 2>&1 \
         || { tail -20 "$OUT/cmake-sm80.log"; rc=1; continue; }
-      TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu-sm80/libtrt_gn_kernels.so timeout 400 python3 -m pytest -q -p no:cacheprovider \
-          tests/gpu/test_gpu_kernels.py -k "shape_list or on_chip or cluster_plans or streaming_path" -rs 2>&1 \
+      TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu-sm80/libtrt_gn_kernels.so TRT_GN_EXPECT_PTX_ARCH=80 timeout 400 \
+          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_kernels.py tests/gpu/test_gpu_runtime.py \
+          -k "shape_list or on_chip or cluster_plans or streaming_path or ptx_arch" -rs 2>&1 \
         | tee "$OUT/tests-sm80.log" | tail -5 || rc=1 ;;
     floor)
       # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).

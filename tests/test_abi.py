@@ -179,6 +179,20 @@ def test_valid_call_without_gpu_is_a_cuda_error(kernels_lib):
         _lib.group_norm(params, WS_ALIGNED, need, None)
 
 
+def test_kernels_ptx_arch_bad_pointer_and_without_gpu(kernels_lib):
+    assert kernels_lib.trtgn_kernels_ptx_arch(None) == Status.INVALID_ARGUMENT
+    assert kernels_lib.trtgn_last_error_message().decode() == "arch is NULL"
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: tests/gpu checks the architecture it reports")
+    arch = ctypes.c_int(12345)
+    assert kernels_lib.trtgn_kernels_ptx_arch(ctypes.byref(arch)) == Status.CUDA_ERROR
+    message = kernels_lib.trtgn_last_error_message().decode()
+    assert message.startswith("CUDA error: ") and len(message) > len("CUDA error: ")
+    assert arch.value == 12345, "a failed call wrote its output"
+    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
+        _lib.kernels_ptx_arch()
+
+
 def test_messages_are_per_thread(kernels_lib):
     assert call(kernels_lib, valid_params(num_groups=0))[1] == "num_groups must be > 0, got 0"
     seen = {}

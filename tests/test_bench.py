@@ -55,6 +55,20 @@ def test_bench_bad_options(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_library_lines_warn_of_a_build_without_hopper_code():
+    path = "/opt/trt_gn/lib/libtrt_gn_kernels.so"
+    line = f"kernels: {path}, running code built for compute_"
+    assert bench.library_lines((9, 0), 90, path) == [line + "90"]
+    assert bench.library_lines((10, 0), 90, path) == [line + "90"]  # Blackwell from the sm_90 build's PTX
+    assert bench.library_lines((8, 6), 80, path) == [line + "80"]  # Ampere: nothing is missing
+    assert bench.library_lines((9, 0), 80, path) == [
+        line + "80",
+        "warning: this GPU has compute capability 9.0 but the kernels library was built without sm_90 or later, so "
+        "its cluster and on-chip paths are off and these times are not those of a build for this GPU: rebuild with "
+        "CMAKE_CUDA_ARCHITECTURES including 90",
+    ]
+
+
 def test_rounds_keep_each_variants_fastest():
     # A disturbed GPU slows one round: the copy's second round and the kernel's first here.
     script = {"copy": [10.0, 30.0], "kernel": [25.0, 20.0], "steady": [5.0, 5.0]}

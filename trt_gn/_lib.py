@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import spec
 
-ABI_VERSION = 1  # TRTGN_ABI_VERSION this binding mirrors
+ABI_VERSION = 2  # TRTGN_ABI_VERSION this binding mirrors
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
 PLUGIN_LIBRARY_ENV = "TRT_GN_PLUGIN_LIBRARY"
@@ -186,6 +186,8 @@ def load() -> ctypes.CDLL:
             raise ImportError(
                 f"{path} has ABI version {version}, this trt_gn expects {ABI_VERSION}: rebuild the library"
             )
+        lib.trtgn_kernels_ptx_arch.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        lib.trtgn_kernels_ptx_arch.restype = ctypes.c_int
         lib.trtgn_path = str(path)
         _lib = lib
         return lib
@@ -214,6 +216,18 @@ def status_name(status: int) -> str:
 
 def abi_version() -> int:
     return load().trtgn_abi_version()
+
+
+def kernels_ptx_arch() -> int:
+    """The PTX architecture (major * 10 + minor) the kernels run from on the current CUDA device.
+
+    Below 90 on a GPU of compute capability 9.0 or later, the library was built without a Hopper
+    architecture: correct, but without its cluster and on-chip paths (see README). Raises TrtGnError
+    where no CUDA device is usable.
+    """
+    arch = ctypes.c_int(0)
+    _check(load().trtgn_kernels_ptx_arch(ctypes.byref(arch)))
+    return arch.value
 
 
 def _check(status: int) -> None:

@@ -324,6 +324,20 @@ def unsteady_note(rows: list[Row]) -> str | None:
             "round is shown. Run again if the marked ratios matter.")
 
 
+def library_lines(capability: tuple[int, int], ptx_arch: int, path: str) -> list[str]:
+    """The kernels library a run uses and the code it runs on this GPU, and a warning where a GPU of
+    compute capability 9.0 or later runs a build without a Hopper architecture (its times are then not
+    those of a build for the GPU)."""
+    major, minor = capability
+    lines = [f"kernels: {path}, running code built for compute_{ptx_arch}"]
+    if major >= 9 and ptx_arch < 90:
+        lines.append(
+            f"warning: this GPU has compute capability {major}.{minor} but the kernels library was built without "
+            "sm_90 or later, so its cluster and on-chip paths are off and these times are not those of a build "
+            "for this GPU: rebuild with CMAKE_CUDA_ARCHITECTURES including 90")
+    return lines
+
+
 def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, out_dir="bench-out",
          rounds=ROUNDS) -> list[Row]:
     """Run, print the table and write <out_dir>/bench.csv and <out_dir>/bench.png."""
@@ -343,7 +357,11 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds)
     import torch
 
+    from . import _lib
+
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(render_table(rows))
     note = unsteady_note(rows)
     if note:

@@ -128,6 +128,14 @@ TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* wo
     return ok();
 }
 
+TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch) {
+    if (arch == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "arch is NULL");
+    const cudaError_t e = trtgn::kernelsPtxArch(arch);
+    if (e != cudaSuccess)
+        return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    return ok();
+}
+
 TRTGN_API const char* trtgn_last_error_message(void) { return tlsMessage; }
 
 TRTGN_API const char* trtgn_status_name(trtgn_status_t status) {

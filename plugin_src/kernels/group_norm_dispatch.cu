@@ -13,6 +13,13 @@ size_t workspaceBytes(const Problem& p) { return twoPassWorkspaceBytes(p); }
 // loads it from tells which code the kernels run on this device.
 __global__ void archProbe() {}
 
+cudaError_t kernelsPtxArch(int* arch) {
+    cudaFuncAttributes fa{};
+    const cudaError_t e = cudaFuncGetAttributes(&fa, archProbe);
+    if (e == cudaSuccess) *arch = fa.ptxVersion;
+    return e;
+}
+
 static int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
 
 cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream) {
@@ -31,10 +38,10 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
         // `__CUDA_ARCH__ >= 900` code: the on-chip grid would write nothing and
         // the clusters would skip their exchange. Those paths then stay off
         // (the single-block cluster plans and two passes still run).
-        cudaFuncAttributes fa{};
-        e = cudaFuncGetAttributes(&fa, archProbe);
+        int arch = 0;
+        e = kernelsPtxArch(&arch);
         if (e != cudaSuccess) return e;
-        dev.hopperCode = fa.ptxVersion >= 90;
+        dev.hopperCode = arch >= 90;
     }
     e = cudaDeviceGetAttribute(&dev.maxSmemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (e != cudaSuccess) return e;

@@ -34,6 +34,10 @@ constexpr int64_t kMaxStatsBlocks = 1024;
 // problem's n, c, groups, layout).
 size_t workspaceBytes(const Problem& p);
 
+// The PTX architecture (major * 10 + minor) the library's kernels run from
+// on the current device (see trtgn_kernels_ptx_arch).
+cudaError_t kernelsPtxArch(int* arch);
+
 // Picks the kernels for the current device and enqueues them on `stream`.
 // The problem is valid and non-empty; the workspace is large enough.
 cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream);

@@ -7,7 +7,7 @@ import csv
 import pytest
 from gpu_helpers import GPU
 
-from trt_gn import bench
+from trt_gn import _lib, bench
 from trt_gn.cli import main
 
 pytestmark = GPU
@@ -18,6 +18,7 @@ def test_bench_one_shape(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "sd15-unet-1280x8" in out and "stay there for the copy and the kernels alike" in out
+    assert f"kernels: {_lib.library_path()}, running code built for compute_{_lib.kernels_ptx_arch()}\n" in out
     with open(tmp_path / "bench.csv") as f:
         rows = list(csv.DictReader(f))
     impls = {(r["dtype"], r["impl"]) for r in rows}

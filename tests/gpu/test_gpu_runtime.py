@@ -4,6 +4,7 @@ streams, threads, and bad input on device buffers (nothing launched, nothing wri
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 
 import pytest
@@ -126,6 +127,17 @@ def test_two_threads_two_streams():
         for y in (outs[0], outs[-1]):
             assert_close(y, ref, x.dtype)
         assert all(torch.equal(outs[0], y) for y in outs), "results differ between launches"
+
+
+def test_kernels_ptx_arch():
+    """The PTX architecture the kernels run from: the one scripts/gpu_check.sh built the library for,
+    where it says so (TRT_GN_EXPECT_PTX_ARCH: 90, or 80 for its sm_80 build), and never newer than the GPU."""
+    arch = _lib.kernels_ptx_arch()
+    major, minor = torch.cuda.get_device_capability()
+    assert 50 <= arch <= 10 * major + minor
+    expected = os.environ.get("TRT_GN_EXPECT_PTX_ARCH")
+    if expected:
+        assert arch == int(expected)
 
 
 def test_threads_with_different_shared_memory_sizes():

@@ -35,8 +35,9 @@ extern "C" {
 #define TRTGN_API __attribute__((visibility("default")))
 #endif
 
-/* Version of this ABI: bumped when a struct or an enum changes. */
-#define TRTGN_ABI_VERSION 1
+/* Version of this ABI: bumped when a struct, an enum or the set of
+ * functions changes. 2: trtgn_kernels_ptx_arch(). */
+#define TRTGN_ABI_VERSION 2
 
 typedef enum trtgn_status {
     TRTGN_STATUS_SUCCESS = 0,
@@ -99,6 +100,15 @@ TRTGN_API trtgn_status_t trtgn_workspace_size_max(const trtgn_params_t* params, 
  * least trtgn_workspace_size() bytes; its content on entry does not matter. */
 TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* workspace,
                                           size_t workspace_bytes, void* stream);
+
+/* The virtual architecture (major * 10 + minor) of the PTX that this
+ * library's kernels run from on the current device: 90 on an H100 for a build
+ * that includes sm_90; 80 on the same GPU for a build for sm_80 alone, whose
+ * compute_80 PTX the driver compiles there. Below 90 on a GPU of compute
+ * capability 9.0 or later, the paths that need Hopper (clusters of blocks, the
+ * on-chip and streaming grids) stay off: the same results, more slowly.
+ * Fails with TRTGN_STATUS_CUDA_ERROR where no CUDA device is usable. */
+TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch);
 
 /* The message of the last failed call made by this thread ("" after a success). */
 TRTGN_API const char* trtgn_last_error_message(void);
