@@ -98,31 +98,37 @@ def test_runs_on_the_current_stream_only():
     assert_close(y, group_norm_act_reference(new, None, None, 32, 1e-5, "silu"), torch.float16)
 
 
-def test_two_threads_two_streams():
-    torch.manual_seed(25)
-    inputs = [torch.randn(2, 640, 32, 32, device=DEVICE, dtype=dt) for dt in (torch.float16, torch.bfloat16)]
-    inputs[1] = inputs[1].contiguous(memory_format=torch.channels_last)
-    refs = [group_norm_act_reference(x, None, None, 32, 1e-5, "silu") for x in inputs]
+def _in_two_threads(work):
+    """work(0) and work(1) in two threads, each on its own CUDA stream, started together; their results,
+    once both streams are done (an exception in either fails the test here)."""
     results, errors = [None, None], []
     barrier = threading.Barrier(2)
 
-    def work(i):
+    def run(i):
         try:
             stream = torch.cuda.Stream()
             with torch.cuda.stream(stream):
                 barrier.wait()
-                outs = [op(inputs[i], None, None, 32, 1e-5, "silu") for _ in range(50)]
+                results[i] = work(i)
             stream.synchronize()
-            results[i] = outs
         except BaseException as e:  # reported from the main thread
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors, errors
+    return results
+
+
+def test_two_threads_two_streams():
+    torch.manual_seed(25)
+    inputs = [torch.randn(2, 640, 32, 32, device=DEVICE, dtype=dt) for dt in (torch.float16, torch.bfloat16)]
+    inputs[1] = inputs[1].contiguous(memory_format=torch.channels_last)
+    refs = [group_norm_act_reference(x, None, None, 32, 1e-5, "silu") for x in inputs]
+    results = _in_two_threads(lambda i: [op(inputs[i], None, None, 32, 1e-5, "silu") for _ in range(50)])
     for outs, ref, x in zip(results, refs, inputs):
         for y in (outs[0], outs[-1]):
             assert_close(y, ref, x.dtype)
@@ -151,28 +157,13 @@ def test_threads_with_different_shared_memory_sizes():
         for n, c, h, w in ((1, 512, 128, 128), (2, 320, 48, 48))
     ]
     refs = [group_norm_act_reference(x, None, None, 32, 1e-6, "silu") for x in inputs]
-    results, errors = [None, None], []
-    barrier = threading.Barrier(2)
 
     def work(i):
-        try:
-            stream = torch.cuda.Stream()
-            with torch.cuda.stream(stream):
-                barrier.wait()
-                for _ in range(2000):
-                    y = op(inputs[i], None, None, 32, 1e-6, "silu")
-            stream.synchronize()
-            results[i] = y
-        except BaseException as e:  # reported from the main thread
-            errors.append(e)
+        for _ in range(2000):  # outputs not kept: each is up to 16 MB
+            y = op(inputs[i], None, None, 32, 1e-6, "silu")
+        return y
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    for y, ref in zip(results, refs):
+    for y, ref in zip(_in_two_threads(work), refs):
         assert_close(y, ref, torch.float16)
 
 
