@@ -41,3 +41,24 @@ def test_bench_one_round(tmp_path, capsys):
         rows = list(csv.DictReader(f))
     assert [r["impl"] for r in rows] == [bench.COPY, bench.OURS["nhwc"], bench.TORCH["nhwc"]]
     assert all(r["round_spread"] == "" for r in rows)
+
+
+def test_ab_kernels_two_variants(tmp_path):
+    """scripts/ab_kernels.py alternates two variants (here the loaded library under two names) and
+    checks each output against the reference."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "ab_kernels.py"
+    lib = _lib.library_path()
+    proc = subprocess.run([sys.executable, str(script), "--variant", f"a={lib}", "--variant", f"b={lib}",
+                           "--shapes", "sd15-unet-1280x8", "--layouts", "nhwc", "--rounds", "2",
+                           "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with open(tmp_path / "ab.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["variant"], r["round"]) for r in rows] == [("a", "1"), ("b", "1"), ("b", "2"), ("a", "2")]
+    assert all(r["case"] == "sd15-unet-1280x8 fp16 nhwc" and r["check"] == "ok" for r in rows)
+    assert all(float(r["us_per_launch"]) > 0 and float(r["copy_us"]) > 0 for r in rows)
+    assert "sd15-unet-1280x8 fp16 nhwc" in proc.stdout and proc.stdout.rstrip().endswith(str(tmp_path / "ab.csv"))
