@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,8 +128,6 @@ def test_csv_written_whole(tmp_path):
 @pytest.mark.skipif(not HAVE_GIT_CHECKOUT, reason="no git checkout here: nothing to archive")
 def test_build_a_revision(tmp_path):
     """A git revision's plugin_src is archived and its kernels library built (sm_90; nvcc, no GPU)."""
-    import shutil
-
     if shutil.which("nvcc") is None or shutil.which("cmake") is None:
         pytest.skip("nvcc or cmake is not on PATH")
     proc = run("--variant", "head=HEAD", "--build-only", "--out", str(tmp_path))

@@ -1,8 +1,12 @@
-"""`trt-gn bench` end to end on one small shape (the full run is `trt-gn bench`, see README)."""
+"""`trt-gn bench` end to end on one small shape (the full run is `trt-gn bench`, see README), and
+scripts/ab_kernels.py on the same shape."""
 
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from gpu_helpers import GPU
@@ -46,10 +50,6 @@ def test_bench_one_round(tmp_path, capsys):
 def test_ab_kernels_two_variants(tmp_path):
     """scripts/ab_kernels.py alternates two variants (here the loaded library under two names) and
     checks each output against the reference."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     script = Path(__file__).resolve().parents[2] / "scripts" / "ab_kernels.py"
     lib = _lib.library_path()
     proc = subprocess.run([sys.executable, str(script), "--variant", f"a={lib}", "--variant", f"b={lib}",
