@@ -130,17 +130,18 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
     else:
         c = _log_int(pick, 1, MAX_C)
     divisors = _divisors(c)
-    if aim == "grid" and layout == "nchw":  # the NCHW grid holds one (image, group) a block or more
+    grid_nchw = aim in ("grid", "stream") and layout == "nchw"
+    if grid_nchw:  # the NCHW grids take one (image, group) a block or more: N * G <= the SMs
         divisors = [d for d in divisors if d <= 32] or [1]
     groups = pick.choice(divisors)
     # Elements: the single-pass paths by size (clusters to a few MB, the on-chip grid to what
     # the SMs' shared memory holds, streaming beyond), two passes at any size.
-    lo, hi = {"clusters": (1, 1 << 20), "grid": (1 << 20, 3 << 22), "stream": (1 << 23, 1 << 26)}.get(aim, (1, 1 << 26))
+    lo, hi = {"clusters": (1, 1 << 20), "grid": (1 << 20, 3 << 22), "stream": (1 << 24, 1 << 26)}.get(aim, (1, 1 << 26))
     hi = min(hi, max_elements)
     lo = min(lo, hi)
     target = _log_int(pick, lo, hi)
     pixels = max(1, target // c)
-    n_max = min(MAX_N, pixels, 4 if aim == "grid" else MAX_N)
+    n_max = min(MAX_N, pixels, 4 if grid_nchw or aim == "grid" else MAX_N)
     n = _log_int(pick, 1, n_max)
     per_image = max(1, pixels // n)
     h = _log_int(pick, 1, min(MAX_HW, per_image))

@@ -76,8 +76,11 @@ def group_norm_act_reference(
     if num_groups <= 0 or c % num_groups != 0:
         raise ValueError(f"num_groups={num_groups} must be > 0 and divide C={c}")
     x64 = x.to(torch.float64).contiguous().reshape(n, num_groups, -1)
-    mean = x64.mean(dim=-1, keepdim=True)
-    centered = x64 - mean
+    # Shifted by each group's first element (exact for 16-bit inputs and fp32 ones of one scale): a constant
+    # group is then centred to exact zeros (variance 0: NaN with eps 0, as in exact arithmetic),
+    # where a float64 mean of equal values may miss them by an ulp and give a finite result.
+    d = x64 - x64[..., :1]
+    centered = d - d.mean(dim=-1, keepdim=True)
     var = (centered * centered).mean(dim=-1, keepdim=True)
     xh = centered * torch.rsqrt(var + eps)
     xh_first = xh[..., :1].expand_as(xh).reshape(n, c, h, w)
