@@ -140,11 +140,13 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
     hi = min(hi, max_elements)
     lo = min(lo, hi)
     target = _log_int(pick, lo, hi)
+    # N, then H, drawn from the values that still reach the target under the bounds on H and W.
     pixels = max(1, target // c)
     n_max = min(MAX_N, pixels, 4 if grid_nchw or aim == "grid" else MAX_N)
-    n = _log_int(pick, 1, n_max)
+    n = _log_int(pick, min(n_max, -(-pixels // (MAX_HW * MAX_HW))), n_max)
     per_image = max(1, pixels // n)
-    h = _log_int(pick, 1, min(MAX_HW, per_image))
+    h_max = min(MAX_HW, per_image)
+    h = _log_int(pick, min(h_max, -(-per_image // MAX_HW)), h_max)
     w = min(MAX_HW, max(1, per_image // h))
     if layout == "nchw" and aim != "two-pass" and pick.unit() < 0.8 and w >= 8:
         w -= w % 8  # H*W a multiple of the vector width: NCHW's single-pass paths
