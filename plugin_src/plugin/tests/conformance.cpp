@@ -11,7 +11,13 @@
  * against a float64 reference; every bad input must fail with a message that
  * names the field or tensor and the value, through the logger or error recorder.
  *
- * usage: trt_gn_plugin_conformance /path/to/libtrt_gn_plugin.so
+ * usage: trt_gn_plugin_conformance [--seed=S] [--random-cases=K] /path/to/libtrt_gn_plugin.so
+ *   --seed=S          seed of the random sample of shapes (default 1; env TRT_GN_CONFORMANCE_SEED)
+ *   --random-cases=K  random cases per type x format of x (default 60, 0 = none;
+ *                     env TRT_GN_CONFORMANCE_RANDOM_CASES)
+ *   Options override the environment. A failing random case prints its shape, G, type, format,
+ *   gamma/beta type, activation, eps, input offset and scale and the seed; the same binary
+ *   run with that --seed repeats it.
  * exit:  0 all passed; 1 a check failed; 77 host-side checks passed but no CUDA GPU
  *        (the GPU part was skipped; CTest SKIP_RETURN_CODE); 2 usage/load error.
  */
@@ -21,6 +27,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1384,16 +1391,303 @@ void checkAccuracyRule()
         "accuracy rule: half an ulp of |y| + terms in 16 bits, the terms alone in fp32");
 }
 
+// ---- a random sample of the accepted input space ---------------------------------------------------
+// Fixed lists of shapes missed a two-pass NHWC failure on C not a multiple of the vector with
+// many groups: the plugin also runs a seeded random sample of shapes, groups, epsilons,
+// activations, gamma/beta types and input distributions, for every type x format.
+struct RandomOptions
+{
+    uint32_t seed{1};
+    int64_t casesPerCombo{60}; // per (type, format) of x
+};
+
+// N * C * H * W of a case at most: the CPU reference of the whole default sample takes seconds.
+constexpr int64_t kRandomElementBudget = int64_t{1} << 18;
+constexpr int64_t kRandomMaxC = 1024;
+constexpr int64_t kRandomMaxHW = 64;
+
+struct RandomCase
+{
+    Case cs;
+    int64_t groups;
+    float eps;
+    bool silu;
+    DataType affine;
+    InputSpec input;
+    uint32_t dataSeed;
+};
+
+// Case `index` of combination `combo`: a function of (seed, combo, index) alone, so a case
+// does not depend on how many cases run (the same binary reproduces it from --seed).
+RandomCase drawRandomCase(uint32_t seed, size_t combo, int64_t index, DataType type)
+{
+    std::seed_seq seq{seed, static_cast<uint32_t>(combo), static_cast<uint32_t>(index)};
+    std::mt19937 rng(seq);
+    auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+    auto unit = [&] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); };
+    RandomCase r{};
+    // C uniform in 1..1024 or log-uniform (small C: large groups of pixels); 2 in 3 not a
+    // multiple of 8, so that HWC8/HWC16 pad and the NHWC paths leave their 16-byte vectors.
+    int64_t c = unit() < 0.5 ? pick(1, kRandomMaxC)
+                             : static_cast<int64_t>(std::exp(unit() * std::log(static_cast<double>(kRandomMaxC) + 1.0)));
+    c = std::min<int64_t>(std::max<int64_t>(c, 1), kRandomMaxC);
+    if (unit() < 1.0 / 3.0)
+    {
+        c = (c + 7) / 8 * 8;
+    }
+    else if (c % 8 == 0)
+    {
+        c -= pick(1, 7);
+    }
+    std::vector<int64_t> divisors;
+    for (int64_t d = 1; d <= c; ++d)
+    {
+        if (c % d == 0)
+        {
+            divisors.push_back(d);
+        }
+    }
+    r.groups = divisors[static_cast<size_t>(pick(0, static_cast<int64_t>(divisors.size()) - 1))];
+    r.cs.n = pick(1, 4);
+    r.cs.c = c;
+    int64_t const maxPixels = kRandomElementBudget / (r.cs.n * c); // >= 16
+    r.cs.h = pick(1, kRandomMaxHW);
+    r.cs.w = pick(1, kRandomMaxHW);
+    if (r.cs.h * r.cs.w > maxPixels)
+    {
+        r.cs.h = pick(1, std::min(kRandomMaxHW, maxPixels));
+        r.cs.w = pick(1, std::min(kRandomMaxHW, maxPixels / r.cs.h));
+    }
+    r.silu = unit() < 0.5;
+    r.affine = type == DataType::kFLOAT || unit() < 0.5 ? type : DataType::kFLOAT;
+    float const epsilons[] = {0.F, 1e-6F, 1e-5F, 1e-3F, 0.1F};
+    r.eps = epsilons[pick(0, 4)];
+    r.input.scale = static_cast<float>(0.01 * std::pow(10.0, 4.0 * unit())); // 0.01 .. 100
+    r.input.offset = unit() < 0.5 ? 0.F : static_cast<float>(100.0 * unit() - 50.0);
+    r.dataSeed = static_cast<uint32_t>(rng());
+    return r;
+}
+
+// True when some group's stored values are all equal (one element, or inputs narrower than the
+// type's spacing): its variance is 0, and with eps = 0 the result is 0 * inf.
+bool hasConstantGroup(HostProblem const& p, int64_t groups)
+{
+    size_t const count = static_cast<size_t>(p.cs.c / groups * p.cs.h * p.cs.w);
+    for (size_t base = 0; count > 0 && base < p.x64.size(); base += count)
+    {
+        if (std::all_of(p.x64.begin() + static_cast<std::ptrdiff_t>(base),
+                p.x64.begin() + static_cast<std::ptrdiff_t>(base + count),
+                [&](double v) { return v == p.x64[base]; }))
+        {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Each case through a plugin of its own (fields from ONNX attributes, build phase, the
+// serialized fields in the runtime phase, attachToContext), checked against the reference.
+// Without a GPU: the build phase of every case, and the reference rounded to the output type
+// (pad channels +0) checked with the same comparison, so the sample, the reference and the
+// rule run host-side too.
+void runRandomSample(IPluginCreatorV3One* creator, RandomOptions const& opt, bool haveGpu)
+{
+    int64_t total = 0, notMultipleOf8 = 0, largest = 0, elements = 0;
+    for (size_t combo = 0; combo < kXCOMBOS.size(); ++combo)
+    {
+        DataType const type = kXCOMBOS[combo].first;
+        TensorFormat const format = kXCOMBOS[combo].second;
+        for (int64_t k = 0; k < opt.casesPerCombo; ++k)
+        {
+            RandomCase rc = drawRandomCase(opt.seed, combo, k, type);
+            HostProblem const p = makeProblem(rc.cs, type, format, rc.affine, rc.dataSeed, rc.input);
+            if (rc.eps == 0.F && hasConstantGroup(p, rc.groups))
+            {
+                rc.eps = 1e-5F;
+            }
+            ++total;
+            notMultipleOf8 += rc.cs.c % 8 != 0;
+            largest = std::max(largest, rc.cs.n * rc.cs.c * rc.cs.h * rc.cs.w);
+            elements += rc.cs.n * rc.cs.c * rc.cs.h * rc.cs.w;
+
+            std::ostringstream tag;
+            tag << "random case " << k << " of " << typeName(type) << " " << formatName(format) << " (--seed=" << opt.seed
+                << "): G=" << rc.groups << " act=" << (rc.silu ? names::kACTIVATION_SILU : names::kACTIVATION_NONE)
+                << " eps=" << rc.eps << " x~normal(offset " << rc.input.offset << ", scale " << rc.input.scale << ")";
+            Expected const e{names::kPLUGIN_NAME, names::kPLUGIN_VERSION, names::kPLUGIN_NAMESPACE, rc.groups, rc.eps,
+                rc.silu, false};
+            ParserFields fields(*creator,
+                std::map<std::string, OnnxAttr>{{names::kFIELD_NUM_GROUPS, attrInt(rc.groups)},
+                    {names::kFIELD_EPSILON, attrFloat(rc.eps)},
+                    {names::kFIELD_ACTIVATION,
+                        attrString(rc.silu ? names::kACTIVATION_SILU : names::kACTIVATION_NONE)}});
+            gLogger.clear();
+            std::unique_ptr<IPluginV3> built(creator->createPlugin("gn_random", fields.get(), TensorRTPhase::kBUILD));
+            if (!check(built != nullptr, tag.str() + ": createPlugin (build phase)",
+                    gLogger.errors().empty() ? "" : gLogger.errors()[0]))
+            {
+                continue;
+            }
+            PluginHandle const b = open(built.get());
+            if (!haveGpu)
+            {
+                std::string const what = tag.str() + ": " + typeName(type) + " " + formatName(format) + " gamma/beta "
+                    + typeName(rc.affine) + " x=[" + std::to_string(rc.cs.n) + "," + std::to_string(rc.cs.c) + ","
+                    + std::to_string(rc.cs.h) + "," + std::to_string(rc.cs.w) + "]";
+                size_t workspaceBytes = 0;
+                buildPhase(what, b.build, p, workspaceBytes);
+                std::vector<RefValue> const ref = referenceOf(p, e);
+                std::vector<uint8_t> hy(p.elems * elementSize(type), 0); // all-zero bytes: +0 in every type
+                for (int64_t n = 0; n < p.cs.n; ++n)
+                    for (int64_t c = 0; c < p.cs.c; ++c)
+                        for (int64_t h = 0; h < p.cs.h; ++h)
+                            for (int64_t w = 0; w < p.cs.w; ++w)
+                            {
+                                storeAs(type, hy, p.at(n, c, h, w),
+                                    static_cast<float>(ref[HostProblem::nchw(p.cs, n, c, h, w)].y));
+                            }
+                compareWithReference(
+                    what + ": the reference rounded to the output type is within the tolerance", p, ref, rc.silu, hy);
+                continue;
+            }
+            gLogger.clear();
+            std::unique_ptr<IPluginV3> runtimePlugin(
+                creator->createPlugin("gn_random", b.runtime->getFieldsToSerialize(), TensorRTPhase::kRUNTIME));
+            if (!check(runtimePlugin != nullptr, tag.str() + ": createPlugin (runtime phase)",
+                    gLogger.errors().empty() ? "" : gLogger.errors()[0]))
+            {
+                continue;
+            }
+            HarnessErrorRecorder recorder;
+            HarnessResourceContext context(&recorder);
+            std::unique_ptr<IPluginV3> attached(open(runtimePlugin.get()).runtime->attachToContext(&context));
+            if (!check(attached != nullptr, tag.str() + ": attachToContext"))
+            {
+                continue;
+            }
+            runEnqueue(tag.str(), {open(attached.get())}, b.build, e, p, false);
+        }
+    }
+    std::printf("random sample: seed %u, %lld cases per type x format (%zu combinations), C not a multiple of 8 in "
+                "%lld of %lld, %lld elements in all, at most %lld a case%s\n",
+        opt.seed, static_cast<long long>(opt.casesPerCombo), kXCOMBOS.size(), static_cast<long long>(notMultipleOf8),
+        static_cast<long long>(total), static_cast<long long>(elements), static_cast<long long>(largest),
+        haveGpu ? "" : " (no GPU: build phase and reference only)");
+}
+
+} // namespace
+
+namespace
+{
+// A decimal integer in [0, max], all of `text`.
+bool parseCount(char const* text, uint64_t max, uint64_t& value)
+{
+    if (text == nullptr || *text < '0' || *text > '9')
+    {
+        return false;
+    }
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long const v = std::strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+    {
+        return false;
+    }
+    value = v;
+    return true;
+}
+
+int usage(char const* argv0, std::string const& problem)
+{
+    if (!problem.empty())
+    {
+        std::fprintf(stderr, "%s: %s\n", argv0, problem.c_str());
+    }
+    std::fprintf(stderr,
+        "usage: %s [--seed=S] [--random-cases=K] /path/to/%s\n"
+        "  --seed=S          seed of the random sample of shapes (default 1; env TRT_GN_CONFORMANCE_SEED)\n"
+        "  --random-cases=K  random cases per type x format of x (default 60, 0 = none;\n"
+        "                    env TRT_GN_CONFORMANCE_RANDOM_CASES)\n"
+        "Options override the environment; a failing random case prints its parameters and seed.\n",
+        argv0, names::kPLUGIN_LIBRARY);
+    return 2;
+}
 } // namespace
 
 int main(int argc, char** argv)
 {
-    if (argc != 2)
+    RandomOptions randomOptions;
+    uint64_t value = 0;
+    if (char const* env = std::getenv("TRT_GN_CONFORMANCE_SEED"))
     {
-        std::fprintf(stderr, "usage: %s /path/to/%s\n", argv[0], names::kPLUGIN_LIBRARY);
-        return 2;
+        if (!parseCount(env, UINT32_MAX, value))
+        {
+            return usage(argv[0], std::string("TRT_GN_CONFORMANCE_SEED must be an integer in [0, 2^32), got '") + env + "'");
+        }
+        randomOptions.seed = static_cast<uint32_t>(value);
     }
-    char const* libraryPath = argv[1];
+    if (char const* env = std::getenv("TRT_GN_CONFORMANCE_RANDOM_CASES"))
+    {
+        if (!parseCount(env, 1000000, value))
+        {
+            return usage(
+                argv[0], std::string("TRT_GN_CONFORMANCE_RANDOM_CASES must be an integer in [0, 1e6], got '") + env + "'");
+        }
+        randomOptions.casesPerCombo = static_cast<int64_t>(value);
+    }
+    char const* libraryPath = nullptr;
+    for (int i = 1; i < argc; ++i)
+    {
+        std::string const arg = argv[i];
+        // --name=value or --name value
+        auto option = [&](std::string const& name, char const*& text) {
+            if (arg == name && i + 1 < argc)
+            {
+                text = argv[++i];
+                return true;
+            }
+            if (arg.compare(0, name.size() + 1, name + "=") == 0)
+            {
+                text = argv[i] + name.size() + 1;
+                return true;
+            }
+            return false;
+        };
+        char const* text = nullptr;
+        if (arg == "-h" || arg == "--help")
+        {
+            usage(argv[0], "");
+            return 0;
+        }
+        else if (option("--seed", text))
+        {
+            if (!parseCount(text, UINT32_MAX, value))
+            {
+                return usage(argv[0], "--seed must be an integer in [0, 2^32), got '" + std::string(text) + "'");
+            }
+            randomOptions.seed = static_cast<uint32_t>(value);
+        }
+        else if (option("--random-cases", text))
+        {
+            if (!parseCount(text, 1000000, value))
+            {
+                return usage(argv[0], "--random-cases must be an integer in [0, 1e6], got '" + std::string(text) + "'");
+            }
+            randomOptions.casesPerCombo = static_cast<int64_t>(value);
+        }
+        else if (arg.compare(0, 1, "-") == 0 || libraryPath != nullptr)
+        {
+            return usage(argv[0], "unexpected argument '" + arg + "'");
+        }
+        else
+        {
+            libraryPath = argv[i];
+        }
+    }
+    if (libraryPath == nullptr)
+    {
+        return usage(argv[0], "no plugin library given");
+    }
     checkAccuracyRule();
     // Load as TensorRT's loadLibrary() does: dlopen, then the two entry points.
     void* lib = dlopen(libraryPath, RTLD_NOW | RTLD_LOCAL);
@@ -1741,6 +2035,8 @@ int main(int argc, char** argv)
         delete attachedB;
         delete runtimePlugin;
     }
+
+    runRandomSample(mainCreator, randomOptions, haveGpu);
 
     if (!haveGpu)
     {
