@@ -65,7 +65,9 @@ for s in $stages; do
       # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).
       timeout 120 build-gpu/trt_gn_floor_probe 2>&1 | tee "$OUT/floor.log" || rc=1 ;;
     bench)
-      timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
+      # With the torch.compile variants (a compile each per shape, dtype and layout) the whole list in
+      # both dtypes may take longer than one call of the device machine: BENCH_ARGS="--dtypes fp16", then bf16.
+      timeout ${BENCH_TIMEOUT:-540} python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
     profile)
       timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} -k regex:gn --csv --page raw \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
@@ -97,7 +99,8 @@ PY
       ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
       ls -la "$OUT" ;;
     vae)
-      [ -f export/bench_vae_decode.py ] && timeout 300 python3 export/bench_vae_decode.py 2>&1 | tee "$OUT/vae.log" | tail -15 ;;
+      timeout ${VAE_TIMEOUT:-420} python3 export/bench_vae_decode.py --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
+        | tee "$OUT/vae.log" | tail -40 || rc=1 ;;
   esac
 done
 exit $rc
