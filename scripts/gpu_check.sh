@@ -39,7 +39,7 @@ for s in $stages; do
       timeout 420 python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
     sanitize)
       for tool in memcheck racecheck; do
-        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
+        timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
           >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -3 "$OUT/sanitize-$tool.log"
       done ;;
     plugin)
