@@ -36,7 +36,7 @@ for s in $stages; do
   echo "=== $s"
   case $s in
     tests)
-      timeout 420 python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
+      timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
     sanitize)
       for tool in memcheck racecheck; do
         timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \

@@ -252,7 +252,10 @@ def test_checked_compile_catches_an_eager_fallback():
     must say so, and raised_recompile_limits() must keep many shapes compiled."""
     torch._dynamo.reset()
     try:
-        with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
+        cfg = torch._dynamo.config
+        limit = compile_check._first_existing(cfg, ("recompile_limit", "cache_size_limit"))
+        fail = compile_check._first_existing(cfg, ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"))
+        with cfg.patch({limit: 2, fail: False}):
             for w in (4, 5):
                 fn = compile_check.CheckedCompile(_gn, f"w{w}", backend="eager", fullgraph=False)
                 fn.first_call(torch.randn(1, 8, 4, w), 4)
@@ -266,7 +269,7 @@ def test_checked_compile_catches_an_eager_fallback():
         torch._dynamo.reset()
         # 12 shapes of one function, past the default limit of 8: each compiles
         with compile_check.raised_recompile_limits():
-            assert torch._dynamo.config.fail_on_recompile_limit_hit is True
+            assert getattr(cfg, fail) is True and getattr(cfg, limit) == compile_check.RECOMPILE_LIMIT
             for w in range(1, 13):
                 fn = compile_check.CheckedCompile(_gn, f"w{w}", backend="eager", fullgraph=False)
                 y = fn.first_call(torch.randn(1, 8, 3, w), 4)
