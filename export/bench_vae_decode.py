@@ -179,7 +179,6 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
 
     rows: list[Row] = []
     reference = None
-    size = None
     for variant, kind, layout, compiled in VARIANTS:
         if compiled and not with_compile:
             continue
