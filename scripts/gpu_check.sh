@@ -39,7 +39,7 @@ for s in $stages; do
   echo "=== $s"
   case $s in
     tests)
-      timeout 420 python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
+      timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
     fuzz)
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
         timeout 300 python3 -m trt_gn.fuzz --cases ${FUZZ_CASES:-10000} --seed $seed --quiet >"$OUT/fuzz-$seed.log" 2>&1 \
@@ -48,7 +48,7 @@ for s in $stages; do
       done ;;
     sanitize)
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
-        timeout ${SANITIZE_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
+        timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py ${SANITIZE_ARGS:-} \
           >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -2 "$OUT/sanitize-$tool.log"
       done ;;
     ab)
@@ -77,7 +77,9 @@ for s in $stages; do
       # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).
       timeout 120 build-gpu/trt_gn_floor_probe 2>&1 | tee "$OUT/floor.log" || rc=1 ;;
     bench)
-      timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
+      # With the torch.compile variants (a compile each per shape, dtype and layout) the whole list in
+      # both dtypes may take longer than one call of the device machine: BENCH_ARGS="--dtypes fp16", then bf16.
+      timeout ${BENCH_TIMEOUT:-540} python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
     profile)
       timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} -k regex:gn --csv --page raw \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
@@ -109,7 +111,8 @@ PY
       ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
       ls -la "$OUT" ;;
     vae)
-      [ -f export/bench_vae_decode.py ] && timeout 300 python3 export/bench_vae_decode.py 2>&1 | tee "$OUT/vae.log" | tail -15 ;;
+      timeout ${VAE_TIMEOUT:-420} python3 export/bench_vae_decode.py --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
+        | tee "$OUT/vae.log" | tail -40 || rc=1 ;;
   esac
 done
 exit $rc

@@ -2,7 +2,8 @@
 
     compute-sanitizer --tool memcheck  python tests/gpu/sanitize_cases.py
     compute-sanitizer --tool racecheck python tests/gpu/sanitize_cases.py
-    (likewise synccheck and initcheck; --no-fuzz leaves out the per-path sample below)
+    (likewise synccheck and initcheck; --no-fuzz leaves out the per-path sample below, --no-large
+the SDXL VAE decoder's shape, for racecheck's time)
 
 Then one random case of trt_gn.fuzz for every path x dtype x layout (the first of a fixed seed's
 draws that the plan puts there, at most 2^24 elements), and padded NHWC channel strides with C
@@ -10,7 +11,8 @@ not a multiple of the vector width through the raw ABI.
 
 Covers both layouts, the three dtypes, the single-block and multi-block paths (small and large
 H*W, the on-chip path for tensors of 4 MB and more, in channel slices in 16 bits (3x320x48x48),
-and its streaming form above ~29 MB, clusters of
+and its streaming form above ~29 MB (up to the SDXL VAE decoder's 1x128x1024x1024, near the NHWC
+streaming limit of 256 rows a thread: fp16 NHWC only, the sanitizers being slow), clusters of
 8 on a 4 MB tensor, NHWC sets doubled to two vectors a pixel, NHWC groups read in 8- and 4-byte
 vectors), odd channels per group and a padded channel stride; checks each result too."""
 
@@ -32,14 +34,19 @@ CASES = [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((2, 1280, 8, 8), 32), ((1
          ((1, 512, 64, 64), 32), ((2, 128, 32, 32), 32), ((2, 640, 16, 16), 32), ((2, 960, 16, 16), 32),
          ((1, 324, 16, 16), 1), ((1, 1028, 4, 4), 4),  # two passes, group partials merged / per channel
          ((3, 320, 48, 48), 32)]
+ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+LAYOUTS = ("nhwc", "nchw")
+# (size, groups, dtypes, layouts): cases run in some dtypes and layouts only
+LARGE_CASES = [((1, 128, 1024, 1024), 32, (torch.float16,), ("nhwc",))]
 
 
 def main() -> int:
     torch.manual_seed(0)
     count = 0
-    for size, groups in CASES:
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            for layout in ("nhwc", "nchw"):
+    large = [] if "--no-large" in sys.argv else LARGE_CASES
+    for size, groups, dtypes, layouts in [(size, groups, ALL_DTYPES, LAYOUTS) for size, groups in CASES] + large:
+        for dtype in dtypes:
+            for layout in layouts:
                 x = torch.randn(size, device="cuda").to(dtype)
                 weight, bias = affine_for(size[1], "fp32", dtype, "cuda")
                 y = run_raw(x, weight, bias, groups, 1e-5, "silu", layout)
