@@ -648,22 +648,36 @@ def _make_monitor(trt, phases: PhaseProgress):
     return _Monitor()
 
 
+_LOGGERS: dict = {}  # TensorRT module -> its one logger
+
+
 def _make_logger(trt):
-    class _Logger(trt.ILogger):
-        """Keeps errors and warnings so that the final error line can quote TensorRT."""
+    """The process's one logger for ``trt``, emptied for the next build.
 
-        def __init__(self):
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.warnings: list[str] = []
+    TensorRT (and TensorRT-RTX) route messages from plugins (ILoggerFinder) to the logger of the
+    first builder or runtime still alive, not to the newest one; one logger object for all
+    builds keeps the plugin's reasons where ``build_engine`` reads them. Not for concurrent builds.
+    """
+    logger = _LOGGERS.get(trt)
+    if logger is None:
+        class _Logger(trt.ILogger):
+            """Keeps errors and warnings so that the final error line can quote TensorRT."""
 
-        def log(self, severity, msg):
-            if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
-                self.errors.append(msg)
-            elif severity == trt.ILogger.Severity.WARNING:
-                self.warnings.append(msg)
+            def __init__(self):
+                trt.ILogger.__init__(self)
+                self.errors: list[str] = []
+                self.warnings: list[str] = []
 
-    return _Logger()
+            def log(self, severity, msg):
+                if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
+                    self.errors.append(msg)
+                elif severity == trt.ILogger.Severity.WARNING:
+                    self.warnings.append(msg)
+
+        logger = _LOGGERS[trt] = _Logger()
+    logger.errors.clear()
+    logger.warnings.clear()
+    return logger
 
 
 # How the plugin's messages begin (plugin_src/plugin: messagePrefix, the creators' errors).
@@ -723,6 +737,7 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
             first = errors[0] if errors else None
             where = f" (node '{first.node_name()}', op {first.node_operator()})" if first is not None else ""
             desc = first.desc() if first is not None else _last_error(logger, "no reason given")
+            desc = (desc.strip().splitlines() or ["no reason given"])[0]
             # The plugin's own reason (it names the field) reaches the logger, not the parser's error.
             plugin_says = [e for e in logger.errors if e.lstrip().startswith(_PLUGIN_LOG_PREFIXES)]
             if plugin_says:
