@@ -8,7 +8,12 @@
 # The wheel is downloaded with pip (no dependencies) and unpacked, never installed: nvidia-pytriton
 # pins numpy < 2, which must not reach the project's environment. What DEST holds afterwards:
 #   bin/tritonserver, backends/python/ (the Python backend, with the stub for this python3),
-#   caches/, lib/ (the server's bundled shared libraries), VERSION.
+#   caches/, lib/ (the server's bundled shared libraries), VERSION, PYTHON_VERSION, and
+#   python-env/: a venv of this python3 with numpy < 2 and onnxruntime for the Python backend's
+#   models. The stub (built with a pybind11 that reads numpy 1.x's array descriptors) garbles
+#   output tensors under numpy 2 ("output tensor shape does not match size of output"); its
+#   embedded interpreter finds its prefix through `python3` on PATH, so the server is started
+#   with python-env/bin first on PATH (tests/tritonserver.py does).
 # The Python backend's stub embeds the python3 that runs this script: it needs that interpreter's
 # shared libpython (pyenv builds with --enable-shared, Debian's python3.X has libpython3.X).
 set -euo pipefail
@@ -53,10 +58,19 @@ cp "$stub" "$stage/backends/python/triton_python_backend_stub"
 # The wheel's RPATHs point at ../../nvidia_pytriton.libs; the server is started with lib/ on
 # LD_LIBRARY_PATH instead (tests/tritonserver.py).
 chmod +x "$stage/bin/tritonserver" "$stage/backends/python/triton_python_backend_stub"
-echo "nvidia-pytriton $PYTRITON_VERSION" > "$stage/VERSION"
 echo "$pyver" > "$stage/PYTHON_VERSION"
 
 rm -rf "$dest"
 mkdir -p "$(dirname "$dest")"
 mv "$stage" "$dest"
+
+# The Python backend's environment (made in place: a venv records its path); onnxruntime as in the
+# project's environment where there is one.
+ort="onnxruntime"
+if ort_version="$("$python" -c 'import onnxruntime; print(onnxruntime.__version__)' 2>/dev/null)"; then
+  ort="onnxruntime==$ort_version"
+fi
+"$python" -m venv "$dest/python-env"
+"$dest/python-env/bin/python" -m pip install --quiet --disable-pip-version-check "numpy<2" "$ort"
+echo "nvidia-pytriton $PYTRITON_VERSION" > "$dest/VERSION"  # last: marks a complete folder
 echo "tritonserver (nvidia-pytriton $PYTRITON_VERSION, Python backend stub for $pyver) in $dest"
