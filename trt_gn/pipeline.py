@@ -516,16 +516,17 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
     try:
         plugin = Path(options.plugin_library) if options.plugin_library else _find_plugin()
     except FileNotFoundError as exc:
-        steps.skip(STEP_ENGINE, f"TensorRT-RTX is installed but the plugin library was not found: "
-                                f"{str(exc).splitlines()[0]}")
+        steps.skip(STEP_ENGINE, f"{why_not_tensorrt}; TensorRT-RTX is installed but the plugin library was not "
+                                f"found: {str(exc).splitlines()[0]}")
         for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
-            steps.skip(skipped, "needs the plugin library")
+            steps.skip(skipped, f"{why_not_tensorrt}; no plugin library")
         return
     if options.precision != "fp32":
-        steps.skip(STEP_ENGINE, f"TensorRT-RTX builds strongly typed networks only, and the pipeline's ONNX model "
-                                f"is fp32: --precision {options.precision} has no TensorRT-RTX build (use fp32)")
+        steps.skip(STEP_ENGINE, f"{why_not_tensorrt}; TensorRT-RTX builds strongly typed networks only, and the "
+                                f"pipeline's ONNX model is fp32: --precision {options.precision} has no TensorRT-RTX "
+                                f"build (use fp32)")
         for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
-            steps.skip(skipped, "no engine was built (see the engine build step)")
+            steps.skip(skipped, f"{why_not_tensorrt}; no engine was built (see the engine build step)")
         return
     batches = [b for b, _ in SHAPE_CASES]
     latents = [lat for _, lat in SHAPE_CASES]
