@@ -42,7 +42,7 @@ def rtx():
     try:
         return engine.import_tensorrt_rtx()
     except engine.TensorRTNotInstalledError as exc:
-        pytest.skip(f"TensorRT-RTX is not installed: {exc.message} ({exc.hint})")
+        pytest.skip(f"{exc.message} ({exc.hint})")
 
 
 @pytest.fixture(scope="session")
