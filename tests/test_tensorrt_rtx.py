@@ -256,12 +256,14 @@ def test_bad_node_fails_with_the_plugins_message_and_writes_nothing(rtx, plugin_
     assert os.listdir(out) == [], "nothing written"
 
 
-def test_missing_plugin_library_is_one_clear_line(rtx, models, tmp_path, capsys):
-    rc = cli_main(["build", str(models["two-nodes-fp32"]), "-o", str(tmp_path / "m.plan"), "--builder",
+def test_missing_plugin_library_is_one_clear_line(rtx, tmp_path, capsys):
+    model = _gn_model(tmp_path / "m.onnx", TensorProto.FLOAT)
+    rc = cli_main(["build", str(model), "-o", str(tmp_path / "m.plan"), "--builder",
                    "tensorrt-rtx", "--plugin", str(tmp_path / "nope.so"), "--batch", "1:1:2", "--height",
                    "8:16:32", "--width", "8:16:32"])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and err[0].endswith(f"plugin library {tmp_path / 'nope.so'} does not exist")
+    assert os.listdir(tmp_path) == ["m.onnx"]
 
 
 def test_unversioned_library_workaround_lives_in_trt_gns_cache(rtx):
