@@ -4,7 +4,8 @@ Covered here: shape/profile parsing and resolution against a real ONNX model, ar
 the missing-TensorRT message, atomic writes and "nothing written on failure", the progress
 bookkeeping behind the TensorRT progress monitor. NOT covered here (no TensorRT on this machine):
 parsing with TensorRT's ONNX parser, the build itself, the timing cache and version-compatible
-plans; tests/gpu (run where TensorRT exists) covers those.
+plans; tests/gpu (run where TensorRT exists) covers those. The parse and build through a real
+builder, TensorRT-RTX, are tests/test_tensorrt_rtx.py's.
 """
 
 from __future__ import annotations

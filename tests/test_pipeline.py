@@ -28,6 +28,33 @@ def _tensorrt_importable() -> bool:
     return True
 
 
+def _rtx_and_plugin() -> bool:
+    """TensorRT-RTX importable and the plugin library found: the pipeline builds with TensorRT-RTX."""
+    import importlib.util
+
+    from trt_gn import _lib
+
+    if not any(importlib.util.find_spec(m) for m in ("tensorrt_rtx", "tensorrt_rtx_bindings")):
+        return False
+    try:
+        _lib.find_plugin_library()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_tensorrt_importable() or not _rtx_and_plugin(),
+                    reason="needs TensorRT-RTX and the plugin library, and no TensorRT (which would build instead)")
+def test_tensorrt_rtx_engine_in_the_report(runs, report):
+    engine = report["engine"]
+    assert engine["builder"] == "tensorrt-rtx" and engine["targets"] == ["8.0", "8.6", "8.9", "12.0"]
+    assert engine["plugin_layers"] == engine["plugin_nodes"] == 14  # the tiny VAE decoder's GroupNorms
+    assert (runs["default_dir"] / "trt-gn-out" / engine["plan"]).stat().st_size == engine["bytes"]
+    text = (runs["default_dir"] / "trt-gn-out" / "report.md").read_text()
+    assert "TensorRT-RTX 1." in text and "for compute capability 8.0, 8.6, 8.9, 12.0" in text
+    assert report["environment"]["tensorrt_rtx"]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Three processes at once: the default run (no arguments at all), a second run into the folder
@@ -113,7 +140,13 @@ def test_steps_and_skips_named_with_reasons(runs, report):
         assert report["kernel_check"] is None
     else:
         assert steps[pipeline.STEP_KERNEL]["status"] == "ok", steps[pipeline.STEP_KERNEL]
-    if not _tensorrt_importable():
+    if not _tensorrt_importable() and _rtx_and_plugin():
+        # TensorRT-RTX built the engine ahead of time; it is not run here, nor served by Triton's TensorRT backend.
+        assert steps[pipeline.STEP_ENGINE]["status"] == "ok", steps[pipeline.STEP_ENGINE]
+        for name in (pipeline.STEP_TRT_COMPARE, pipeline.STEP_TRITON):
+            assert skipped[name].startswith("TensorRT is not installed"), skipped[name]
+        assert report["tensorrt_comparison"] is None
+    elif not _tensorrt_importable():
         for name in trt_steps:
             assert skipped[name].startswith("TensorRT is not installed"), skipped[name]
         assert report["engine"] is None and report["tensorrt_comparison"] is None

@@ -8,8 +8,8 @@ them from an engine needs TensorRT and a GPU and is not covered here.
 
 The client example is tested on its request construction (tritonclient's own request
 encoders), response decoding (responses assembled in the KServe v2 format the server uses,
-not recorded from a live server) and the comparison with onnxruntime. The network round trip
-to a real tritonserver is NOT covered: no Triton server can run here.
+not recorded from a live server) and the comparison with onnxruntime. The round trip through a
+real tritonserver, and the configs loaded by it, are tests/test_triton_server.py's.
 """
 
 from __future__ import annotations
@@ -397,3 +397,59 @@ def test_client_without_server_exits_3(client, standard_model, capsys):
                         "--protocol", "http", "--url", "127.0.0.1:9"])
     assert code == 3
     assert "triton_client: error:" in capsys.readouterr().err
+
+
+# ---- the Python-backend repository (served for real in tests/test_triton_server.py) ---------------------
+
+def _function_model(path: Path, bare: bool = False) -> Path:
+    """A fused model as the exporter writes it: the trt_gn node with (or, bare, without) its function."""
+    from trt_gn.onnx.node import make_function
+
+    x = helper.make_tensor_value_info("latent", TensorProto.FLOAT, ["N", 4, "H", "W"])
+    y = helper.make_tensor_value_info("images", TensorProto.FLOAT, ["N", 4, "H", "W"])
+    node = helper.make_node(spec.PLUGIN_NAME, ["latent", "g", "b"], ["images"], domain=spec.ONNX_DOMAIN,
+                            name="gn0", num_groups=2, epsilon=1e-5, activation="silu")
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [4], [1.0] * 4) for n in ("g", "b")]
+    model = helper.make_model(helper.make_graph([node], "g", [x], [y], initializer=inits),
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid(spec.ONNX_DOMAIN, 1)],
+                              functions=[] if bare else [make_function(18)])
+    onnx.save(model, path)
+    return path
+
+
+def test_python_repository_layout_and_config(tmp_path):
+    from trt_gn.triton import PYTHON_MODEL_SOURCE, write_python_repository
+
+    model = _function_model(tmp_path / "m.onnx")
+    result = write_python_repository(tmp_path / "repo", "vae", model)
+    assert sorted(str(p.relative_to(result.model_dir)) for p in result.model_dir.rglob("*")) == [
+        "1", "1/model.onnx", "1/model.py", "config.pbtxt"]
+    config = text_format.Parse(result.config.read_text(), model_config_pb2.ModelConfig())
+    assert config.backend == "python" and config.platform == "" and config.max_batch_size == 0
+    assert [tuple(i.dims) for i in config.input] == [(-1, 4, -1, -1)]
+    assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
+    assert result.model_py.read_text() == PYTHON_MODEL_SOURCE
+    assert result.onnx.read_bytes() == model.read_bytes() or onnx.load(str(result.onnx)).graph.node[0].op_type == spec.PLUGIN_NAME
+    compile(PYTHON_MODEL_SOURCE, "model.py", "exec")
+
+
+def test_python_repository_refuses_a_bare_model_and_writes_nothing(tmp_path):
+    from trt_gn.triton import write_python_repository
+
+    model = _function_model(tmp_path / "bare.onnx", bare=True)
+    with pytest.raises(RepositoryError, match="without its model-local function"):
+        write_python_repository(tmp_path / "repo", "vae", model)
+    assert not (tmp_path / "repo").exists()
+
+
+def test_cli_python_backend(tmp_path, capsys):
+    model = _function_model(tmp_path / "m.onnx")
+    assert cli_main(["triton", str(model), "--backend", "python", "--repository", str(tmp_path / "r"),
+                     "--model", "m", "--max-batch-size", "2"]) == 0
+    assert "Python backend" in capsys.readouterr().out
+    config = text_format.Parse((tmp_path / "r" / "m" / "config.pbtxt").read_text(), model_config_pb2.ModelConfig())
+    assert config.max_batch_size == 2 and config.HasField("dynamic_batching")
+    assert cli_main(["triton", str(model), "--backend", "python", "--repository", str(tmp_path / "r2"),
+                     "--onnx", str(model)]) == 2
+    assert "belong to the TensorRT backend" in capsys.readouterr().err
+    assert not (tmp_path / "r2").exists()

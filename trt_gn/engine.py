@@ -7,6 +7,12 @@ for the dynamic input dimensions, a timing cache, and optionally the
 version-compatible flag with the plugin library serialized into the plan.
 The plan is written atomically (temp file + os.replace).
 
+Two builders: TensorRT (``builder="tensorrt"``, needs a GPU) and TensorRT-RTX
+(``builder="tensorrt-rtx"``, the TensorRT of RTX GPUs), which builds plans ahead of
+time, on a machine without a GPU, for the compute capabilities in ``target_cc``
+(8.0, 8.6, 8.9, 12.0). Both load the same plugin library: its interfaces are
+TensorRT 10/11's, which TensorRT-RTX shares.
+
 Everything that can be checked without TensorRT (paths, the ONNX inputs, the
 shape ranges) is checked before TensorRT is imported, so bad arguments fail the
 same way on every machine and nothing is written.
@@ -18,8 +24,12 @@ in the precision wanted.
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
+import importlib.util
 import os
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +40,10 @@ from typing import Iterable, Sequence
 from . import spec
 
 PRECISIONS = ("fp32", "fp16", "bf16", "strongly-typed")
+BUILDERS = ("tensorrt", "tensorrt-rtx")
+# The compute capabilities TensorRT-RTX 1.7 builds plans for (RTX 30, RTX 40, RTX 50 / RTX PRO);
+# a plan built for several runs on each of them.
+RTX_DEFAULT_TARGETS = ("8.0", "8.6", "8.9", "12.0")
 PLAN_SUFFIXES = (".plan", ".engine")
 DEFAULT_WORKSPACE_BYTES = 4 << 30
 
@@ -37,6 +51,12 @@ TENSORRT_INSTALL_HINT = (
     "install TensorRT 10 or later with its Python bindings: `pip install tensorrt-cu12` "
     "(or tensorrt-cu13 for CUDA 13) from NVIDIA's package index, or run inside an NGC "
     "container (nvcr.io/nvidia/tensorrt or nvcr.io/nvidia/tritonserver)"
+)
+
+
+TENSORRT_RTX_INSTALL_HINT = (
+    "install TensorRT-RTX from PyPI: `pip install tensorrt-rtx-cu13-libs tensorrt-rtx-cu13-bindings` "
+    "(1.7, CPython 3.11 or 3.12, Linux x86_64)"
 )
 
 
@@ -50,7 +70,24 @@ class EngineBuildError(RuntimeError):
 
 
 class TensorRTNotInstalledError(EngineBuildError):
-    """``import tensorrt`` failed."""
+    """``import tensorrt`` (or TensorRT-RTX's bindings) failed."""
+
+
+class UnsupportedTargetError(EngineBuildError):
+    """A --target-cc that the installed TensorRT-RTX builds no plans for (a bad argument)."""
+
+
+def parse_target_cc(text: str) -> tuple[str, ...]:
+    """``8.0,8.6,8.9,12.0`` -> ('8.0', '8.6', '8.9', '12.0'); the builder checks each exists."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise ValueError(f"'{text}' names no compute capability (give e.g. 8.0,8.6,8.9,12.0)")
+    for t in items:
+        if not re.fullmatch(r"\d{1,2}\.\d", t):
+            raise ValueError(f"'{t}' is not a compute capability like 8.6 or 12.0")
+    if len(set(items)) != len(items):
+        raise ValueError(f"'{text}' names a compute capability twice")
+    return tuple(items)
 
 
 # ---------------------------------------------------------------------------
@@ -286,6 +323,144 @@ def import_tensorrt():
     return trt
 
 
+# TensorRT-RTX's Python packages: the bindings module (the name differs between packagings) and
+# the wheel that carries its shared libraries.
+_RTX_MODULES = ("tensorrt_rtx", "tensorrt_rtx_bindings")
+_RTX_LIBS_MODULE = "tensorrt_rtx_libs"
+_RTX_LIBRARY = "libtensorrt_rtx.so.1"
+_RTX_LIBRARY_UNVERSIONED = "libtensorrt_rtx.so"
+_RTX_PARSER_LIBRARY = "libtensorrt_onnxparser_rtx.so.1"
+CACHE_DIR_ENV = "TRT_GN_CACHE_DIR"
+_rtx_loader_folder: Path | None = None
+
+
+def cache_dir() -> Path:
+    """trt_gn's own cache folder: $TRT_GN_CACHE_DIR, else $XDG_CACHE_HOME/trt_gn or ~/.cache/trt_gn."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return Path(os.environ[CACHE_DIR_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "trt_gn"
+
+
+def _symlink_atomic(link: Path, target: Path) -> None:
+    if link.is_symlink() and os.readlink(link) == str(target):
+        return
+    tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
+    try:
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    finally:
+        if tmp.is_symlink():
+            tmp.unlink()
+
+
+def prepare_tensorrt_rtx_loader() -> Path | None:
+    """Make TensorRT-RTX's unversioned dlopen() work; returns the loader folder used (None: not needed).
+
+    TensorRT-RTX's ONNX parser dlopen()s ``libtensorrt_rtx.so`` when it imports a plugin node, but
+    the PyPI wheel ships ``libtensorrt_rtx.so.1`` only: the dlopen fails and the process ends in
+    std::terminate. The loader searches the RPATH ($ORIGIN) of the TensorRT-RTX libraries, and
+    $ORIGIN is the folder a library was loaded from, symlinks not resolved. So trt_gn keeps a folder
+    of symlinks (``<cache>/tensorrt-rtx/<hash>/``: both sonames and the unversioned name, pointing
+    at the wheel's files) and loads the libraries from there, RTLD_GLOBAL, before the bindings are
+    imported; the bindings then find them loaded (same sonames), and the parser's dlopen finds the
+    unversioned name in their $ORIGIN. Nothing is written into the installed package. This has to
+    run before anything in the process imports TensorRT-RTX.
+    """
+    global _rtx_loader_folder
+    if _rtx_loader_folder is not None:
+        return _rtx_loader_folder
+    found = importlib.util.find_spec(_RTX_LIBS_MODULE)
+    if found is None or not found.submodule_search_locations:
+        return None  # not the PyPI packaging: the libraries come from the loader path as installed
+    libs = Path(list(found.submodule_search_locations)[0])
+    real = libs / _RTX_LIBRARY
+    if not real.is_file() or (libs / _RTX_LIBRARY_UNVERSIONED).exists():
+        return None
+    if _RTX_LIBS_MODULE in sys.modules:
+        raise EngineBuildError(
+            f"TensorRT-RTX was imported before trt_gn could arrange for its unversioned library "
+            f"{_RTX_LIBRARY_UNVERSIONED}, which its ONNX parser needs for plugin nodes",
+            "let trt_gn import it first (trt_gn.engine.import_tensorrt_rtx()), or create the symlink "
+            f"{libs / _RTX_LIBRARY_UNVERSIONED} -> {_RTX_LIBRARY}")
+    key = hashlib.sha256(str(real.resolve()).encode()).hexdigest()[:16]
+    folders = [cache_dir() / "tensorrt-rtx" / key,
+               Path(tempfile.gettempdir()) / f"trt_gn-{os.getuid()}" / "tensorrt-rtx" / key]
+    errors = []
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _symlink_atomic(folder / _RTX_LIBRARY, real)
+            _symlink_atomic(folder / _RTX_LIBRARY_UNVERSIONED, real)
+            if (libs / _RTX_PARSER_LIBRARY).is_file():
+                _symlink_atomic(folder / _RTX_PARSER_LIBRARY, libs / _RTX_PARSER_LIBRARY)
+            break
+        except OSError as exc:
+            errors.append(f"{folder}: {exc}")
+    else:
+        raise EngineBuildError(f"could not write the TensorRT-RTX loader folder ({'; '.join(errors)})",
+                               f"set {CACHE_DIR_ENV} to a writable folder")
+    try:
+        ctypes.CDLL(str(folder / _RTX_LIBRARY), mode=ctypes.RTLD_GLOBAL)
+        if (folder / _RTX_PARSER_LIBRARY).exists():
+            ctypes.CDLL(str(folder / _RTX_PARSER_LIBRARY), mode=ctypes.RTLD_GLOBAL)
+    except OSError as exc:
+        raise TensorRTNotInstalledError(f"TensorRT-RTX's library {real} does not load: {exc}",
+                                        TENSORRT_RTX_INSTALL_HINT) from exc
+    _rtx_loader_folder = folder
+    return folder
+
+
+def import_tensorrt_rtx():
+    """Import TensorRT-RTX's Python bindings (after prepare_tensorrt_rtx_loader) or raise
+    TensorRTNotInstalledError with the install hint."""
+    missing = []
+    for name in _RTX_MODULES:
+        if name in sys.modules:
+            return sys.modules[name]
+        if importlib.util.find_spec(name) is None:
+            missing.append(name)
+            continue
+        prepare_tensorrt_rtx_loader()
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise TensorRTNotInstalledError(f"TensorRT-RTX does not import ({name}: {exc})",
+                                            TENSORRT_RTX_INSTALL_HINT) from exc
+        if not hasattr(module, "Builder"):
+            continue  # a namespace package without the bindings
+        return module
+    raise TensorRTNotInstalledError(f"TensorRT-RTX is not installed (no module {' or '.join(missing)})",
+                                    TENSORRT_RTX_INSTALL_HINT)
+
+
+def rtx_compute_capability(trt, target: str):
+    """The bindings' ComputeCapability for '8.6' (SM86), or EngineBuildError listing those that exist."""
+    member = getattr(trt.ComputeCapability, "SM" + target.replace(".", ""), None)
+    if member is None:
+        known = [n[2:-1] + "." + n[-1] for n in trt.ComputeCapability.__members__ if n.startswith("SM")]
+        raise UnsupportedTargetError(f"TensorRT-RTX {trt.__version__} builds no plans for compute capability {target}",
+                               f"choose from {', '.join(known)} (--target-cc)")
+    return member
+
+
+def count_plugin_nodes(onnx_path) -> int:
+    """Nodes of the main graph that TensorRT imports through the plugin library: trt_gn's
+    GroupNormAct and TensorRT 8.5's GroupNorm (the legacy creator)."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    ours = (spec.ONNX_DOMAIN, spec.PLUGIN_NAME)
+    legacy = {("", spec.LEGACY_PLUGIN_NAME), ("ai.onnx", spec.LEGACY_PLUGIN_NAME)}
+    return sum(1 for n in model.graph.node if (n.domain, n.op_type) == ours or (n.domain, n.op_type) in legacy)
+
+
+def count_plugin_layers(trt, network) -> int:
+    """Plugin layers of a parsed network (what the ONNX parser made of the custom nodes)."""
+    kinds = {getattr(trt.LayerType, k) for k in ("PLUGIN_V3", "PLUGIN_V2", "PLUGIN") if hasattr(trt.LayerType, k)}
+    return sum(1 for i in range(network.num_layers) if network.get_layer(i).type in kinds)
+
+
 @dataclass
 class BuildOptions:
     """Everything ``build_engine`` needs besides the input and output paths."""
@@ -302,6 +477,8 @@ class BuildOptions:
     exclude_lean_runtime: bool = False
     optimization_level: int | None = None  # TensorRT's builder_optimization_level, 0..5 (default 3)
     progress: bool = True
+    builder: str = "tensorrt"  # or "tensorrt-rtx"
+    target_cc: Sequence[str] = ()  # TensorRT-RTX: compute capabilities (default RTX_DEFAULT_TARGETS)
 
 
 @dataclass
@@ -314,6 +491,10 @@ class BuildResult:
     plugin_library: Path
     timing_cache: Path | None
     warnings: list[str] = field(default_factory=list)
+    builder: str = "tensorrt"
+    targets: tuple[str, ...] = ()  # TensorRT-RTX: the compute capabilities the plan runs on
+    plugin_nodes: int = 0  # custom nodes in the ONNX graph
+    plugin_layers: int = 0  # plugin layers the parser made of them
 
 
 @dataclass
@@ -323,6 +504,7 @@ class _Checked:
     plugin: Path
     timing_cache: Path | None
     profile: list[ShapeRange]
+    targets: tuple[str, ...] = ()
 
 
 def check_build_arguments(onnx_path, plan_path, options: BuildOptions) -> _Checked:
@@ -331,6 +513,25 @@ def check_build_arguments(onnx_path, plan_path, options: BuildOptions) -> _Check
     plan = Path(plan_path)
     if options.precision not in PRECISIONS:
         raise EngineBuildError(f"unknown precision '{options.precision}'", f"choose one of {', '.join(PRECISIONS)}")
+    if options.builder not in BUILDERS:
+        raise EngineBuildError(f"unknown builder '{options.builder}'", f"choose one of {', '.join(BUILDERS)}")
+    rtx = options.builder == "tensorrt-rtx"
+    if options.target_cc and not rtx:
+        raise EngineBuildError("--target-cc applies to TensorRT-RTX plans only",
+                               "add --builder tensorrt-rtx, or drop --target-cc (TensorRT builds for this GPU)")
+    targets = tuple(options.target_cc) or (RTX_DEFAULT_TARGETS if rtx else ())
+    for t in targets:
+        try:
+            parse_target_cc(t)
+        except ValueError as exc:
+            raise EngineBuildError(str(exc), "give --target-cc like 8.0,8.6,8.9,12.0") from None
+    if rtx and options.precision in ("fp16", "bf16"):
+        raise EngineBuildError(f"TensorRT-RTX builds strongly typed networks only: --precision {options.precision} "
+                               f"does not exist there",
+                               f"export the ONNX model in {options.precision} and use --precision strongly-typed")
+    if rtx and options.version_compatible:
+        raise EngineBuildError("--version-compatible is a TensorRT option; TensorRT-RTX plans are not "
+                               "version-compatible plans", "drop --version-compatible")
     if not onnx_file.is_file():
         raise EngineBuildError(f"ONNX model {onnx_file} does not exist", "pass the fused model written by `trt-gn fuse`")
     if onnx_file.suffix.lower() != ".onnx":
@@ -355,7 +556,7 @@ def check_build_arguments(onnx_path, plan_path, options: BuildOptions) -> _Check
         profile = resolve_profile(inputs, options.shapes, options.batch, options.height, options.width)
     except ValueError as exc:
         raise EngineBuildError(str(exc), "see `trt-gn build --help` for the shape flags") from exc
-    return _Checked(onnx_file, plan, plugin, cache, profile)
+    return _Checked(onnx_file, plan, plugin, cache, profile, targets)
 
 
 def _plugin_path(explicit) -> Path:
@@ -447,22 +648,40 @@ def _make_monitor(trt, phases: PhaseProgress):
     return _Monitor()
 
 
+_LOGGERS: dict = {}  # TensorRT module -> its one logger
+
+
 def _make_logger(trt):
-    class _Logger(trt.ILogger):
-        """Keeps errors and warnings so that the final error line can quote TensorRT."""
+    """The process's one logger for ``trt``, emptied for the next build.
 
-        def __init__(self):
-            trt.ILogger.__init__(self)
-            self.errors: list[str] = []
-            self.warnings: list[str] = []
+    TensorRT (and TensorRT-RTX) route messages from plugins (ILoggerFinder) to the logger of the
+    first builder or runtime still alive, not to the newest one; one logger object for all
+    builds keeps the plugin's reasons where ``build_engine`` reads them. Not for concurrent builds.
+    """
+    logger = _LOGGERS.get(trt)
+    if logger is None:
+        class _Logger(trt.ILogger):
+            """Keeps errors and warnings so that the final error line can quote TensorRT."""
 
-        def log(self, severity, msg):
-            if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
-                self.errors.append(msg)
-            elif severity == trt.ILogger.Severity.WARNING:
-                self.warnings.append(msg)
+            def __init__(self):
+                trt.ILogger.__init__(self)
+                self.errors: list[str] = []
+                self.warnings: list[str] = []
 
-    return _Logger()
+            def log(self, severity, msg):
+                if severity in (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR):
+                    self.errors.append(msg)
+                elif severity == trt.ILogger.Severity.WARNING:
+                    self.warnings.append(msg)
+
+        logger = _LOGGERS[trt] = _Logger()
+    logger.errors.clear()
+    logger.warnings.clear()
+    return logger
+
+
+# How the plugin's messages begin (plugin_src/plugin: messagePrefix, the creators' errors).
+_PLUGIN_LOG_PREFIXES = ("trt_gn", "GroupNormAct", "GroupNorm")
 
 
 def _last_error(logger, default: str) -> str:
@@ -477,7 +696,12 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
     """
     options = options or BuildOptions()
     checked = check_build_arguments(onnx_path, plan_path, options)
-    trt = import_tensorrt()
+    rtx = options.builder == "tensorrt-rtx"
+    trt = import_tensorrt_rtx() if rtx else import_tensorrt()
+    name = "TensorRT-RTX" if rtx else "TensorRT"
+    # Every target must exist in these bindings before anything is parsed or built.
+    capabilities = [rtx_compute_capability(trt, t) for t in checked.targets] if rtx else []
+    plugin_nodes = count_plugin_nodes(checked.onnx)
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -486,14 +710,15 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
     builder = trt.Builder(logger)
     registry = builder.get_plugin_registry()
     if registry.load_library(str(checked.plugin)) is None:
-        raise EngineBuildError(f"TensorRT could not load the plugin library {checked.plugin}: "
+        raise EngineBuildError(f"{name} could not load the plugin library {checked.plugin}: "
                                f"{_last_error(logger, 'no reason given')}",
-                               "check that it was built against this TensorRT major version")
+                               "check that it was built against TensorRT 10 or later headers")
     if registry.get_creator(spec.PLUGIN_NAME, spec.PLUGIN_VERSION, spec.PLUGIN_NAMESPACE) is None:
         raise EngineBuildError(f"{checked.plugin} registers no plugin {spec.PLUGIN_NAMESPACE}::{spec.PLUGIN_NAME} "
                                f"version {spec.PLUGIN_VERSION}", "rebuild plugin_src/plugin")
 
-    strongly_typed = options.precision == "strongly-typed"
+    # TensorRT-RTX networks are strongly typed: its fp32 is an fp32 model built as written.
+    strongly_typed = options.precision == "strongly-typed" or rtx
     if not strongly_typed and options.precision in ("fp16", "bf16") and not hasattr(trt.BuilderFlag, "FP16"):
         raise EngineBuildError(f"TensorRT {trt.__version__} builds strongly typed networks only: "
                                f"--precision {options.precision} does not exist there",
@@ -512,10 +737,21 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
             first = errors[0] if errors else None
             where = f" (node '{first.node_name()}', op {first.node_operator()})" if first is not None else ""
             desc = first.desc() if first is not None else _last_error(logger, "no reason given")
-            raise EngineBuildError(f"TensorRT's ONNX parser rejected {checked.onnx}{where}: {desc}",
+            desc = (desc.strip().splitlines() or ["no reason given"])[0]
+            # The plugin's own reason (it names the field) reaches the logger, not the parser's error.
+            plugin_says = [e for e in logger.errors if e.lstrip().startswith(_PLUGIN_LOG_PREFIXES)]
+            if plugin_says:
+                desc = f"{desc}; {plugin_says[0].strip().splitlines()[0]}"
+            raise EngineBuildError(f"{name}'s ONNX parser rejected {checked.onnx}{where}: {desc}",
                                    "run `trt-gn validate` on the model; a missing plugin shows up as "
                                    "'could not find plugin'")
         progress.remove_task(parse_task)
+        plugin_layers = count_plugin_layers(trt, network)
+        if plugin_layers != plugin_nodes:
+            raise EngineBuildError(f"{checked.onnx.name} has {plugin_nodes} trt_gn node(s), but {name}'s parser "
+                                   f"made {plugin_layers} plugin layer(s) of them",
+                                   "a parser that prefers the model-local function needs a bare export "
+                                   "(`trt-gn export --bare`, TensorRT < 10.7)")
 
         config = builder.create_builder_config()
         if options.precision == "fp16":
@@ -525,6 +761,11 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
         elif options.precision == "fp32":
             # fp32 means fp32: no TF32 tensor-core math, so results compare with onnxruntime at fp32 tolerance.
             config.clear_flag(trt.BuilderFlag.TF32)
+        if rtx:
+            # Ahead of time: no GPU is needed; the plan runs on every listed compute capability.
+            config.num_compute_capabilities = len(capabilities)
+            for index, capability in enumerate(capabilities):
+                config.set_compute_capability(capability, index)
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(options.workspace_bytes))
         if options.optimization_level is not None:
             config.builder_optimization_level = int(options.optimization_level)
@@ -555,7 +796,8 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
         if phases.cancelled:
             raise KeyboardInterrupt
         if serialized is None:
-            raise EngineBuildError(f"TensorRT could not build {checked.onnx.name}: "
+            raise EngineBuildError(f"{name} could not build {checked.onnx.name}"
+                                   f"{' for compute capability ' + ','.join(checked.targets) if rtx else ''}: "
                                    f"{_last_error(logger, 'no reason given')}",
                                    "rerun with a smaller shape range or workspace; see TensorRT's messages above")
         write_atomic(checked.plan, serialized)
@@ -565,7 +807,8 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
     return BuildResult(plan=checked.plan, plan_bytes=checked.plan.stat().st_size,
                        seconds=time.perf_counter() - started, tensorrt_version=str(trt.__version__),
                        profile=checked.profile, plugin_library=checked.plugin, timing_cache=checked.timing_cache,
-                       warnings=list(logger.warnings))
+                       warnings=list(logger.warnings), builder=options.builder, targets=checked.targets,
+                       plugin_nodes=plugin_nodes, plugin_layers=plugin_layers)
 
 
 # TensorRT DataType name -> ONNX element type name (the names TensorSpec uses).

@@ -78,6 +78,9 @@ class PipelineOptions:
     overwrite: bool = False
     plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
     progress: bool = True  # TensorRT's build progress bars
+    # "auto": TensorRT where it and a GPU are here, else TensorRT-RTX where installed; or one of them
+    builder: str = "auto"
+    target_cc: tuple = ()  # TensorRT-RTX targets (default trt_gn.engine.RTX_DEFAULT_TARGETS)
 
 
 @dataclasses.dataclass
@@ -112,6 +115,10 @@ def check_options(options: PipelineOptions) -> Path:
         raise PipelineError(f"unknown model '{options.model}'", f"choose one of {', '.join(sorted(RECIPES))}")
     if options.precision not in PRECISIONS:
         raise PipelineError(f"unknown precision '{options.precision}'", f"choose one of {', '.join(PRECISIONS)}")
+    if options.builder not in ("auto", "tensorrt", "tensorrt-rtx"):
+        raise PipelineError(f"unknown builder '{options.builder}'", "choose auto, tensorrt or tensorrt-rtx")
+    if options.target_cc and options.builder == "tensorrt":
+        raise PipelineError("--target-cc applies to TensorRT-RTX plans only", "drop it, or use --builder tensorrt-rtx")
     if options.weights is not None:
         weights = Path(options.weights)
         if not weights.exists():
@@ -450,12 +457,19 @@ def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[di
     plan = stage / f"{name}.plan"
     report["engine"] = report["tensorrt_comparison"] = report["triton"] = None
     plugin = None
-    if can_build:
+    if not can_build and options.builder in ("auto", "tensorrt-rtx"):
+        # No TensorRT engine here; TensorRT-RTX builds ahead of time, GPU or not.
+        _tensorrt_rtx_steps(options, steps, report, fused, plan, why)
+    elif options.builder == "tensorrt-rtx":
+        _tensorrt_rtx_steps(options, steps, report, fused, plan, "--builder tensorrt-rtx")
+    elif can_build:
         try:
             plugin = Path(options.plugin_library) if options.plugin_library else _find_plugin()
         except FileNotFoundError as exc:
             why = str(exc).splitlines()[0]
-    if not can_build:
+    if report["engine"] is not None or any(s.name == STEP_ENGINE for s in steps.steps):
+        pass  # the TensorRT-RTX steps ran
+    elif not can_build:
         for skipped in (STEP_ENGINE, STEP_TRT_COMPARE, STEP_TRITON):
             steps.skip(skipped, why)
     elif plugin is None:
@@ -485,6 +499,64 @@ def _find_plugin() -> Path:
     return Path(_lib.find_plugin_library())
 
 
+def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, why_not_tensorrt: str) -> None:
+    """The engine built by TensorRT-RTX (ahead of time, for options.target_cc); its plan runs on RTX
+    GPUs only, so the comparison and Triton's TensorRT backend are skipped with the reason."""
+    from . import engine
+
+    no_run = (f"{why_not_tensorrt}; the TensorRT-RTX plan runs on compute capability "
+              f"{','.join(options.target_cc or engine.RTX_DEFAULT_TARGETS)} only and is not run here")
+    try:
+        rtx = engine.import_tensorrt_rtx()
+        report["environment"]["tensorrt_rtx"] = str(rtx.__version__)
+    except engine.EngineBuildError as exc:
+        for skipped in (STEP_ENGINE, STEP_TRT_COMPARE, STEP_TRITON):
+            steps.skip(skipped, f"{why_not_tensorrt}; {exc.message}" if skipped == STEP_ENGINE else why_not_tensorrt)
+        return
+    try:
+        plugin = Path(options.plugin_library) if options.plugin_library else _find_plugin()
+    except FileNotFoundError as exc:
+        steps.skip(STEP_ENGINE, f"{why_not_tensorrt}; TensorRT-RTX is installed but the plugin library was not "
+                                f"found: {str(exc).splitlines()[0]}")
+        for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
+            steps.skip(skipped, f"{why_not_tensorrt}; no plugin library")
+        return
+    if options.precision != "fp32":
+        steps.skip(STEP_ENGINE, f"{why_not_tensorrt}; TensorRT-RTX builds strongly typed networks only, and the "
+                                f"pipeline's ONNX model is fp32: --precision {options.precision} has no TensorRT-RTX "
+                                f"build (use fp32)")
+        for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
+            steps.skip(skipped, f"{why_not_tensorrt}; no engine was built (see the engine build step)")
+        return
+    batches = [b for b, _ in SHAPE_CASES]
+    latents = [lat for _, lat in SHAPE_CASES]
+    build_options = engine.BuildOptions(
+        plugin_library=plugin, precision="fp32", builder="tensorrt-rtx", target_cc=tuple(options.target_cc),
+        batch=engine.DimRange(min(batches), max(batches), max(batches)),
+        height=engine.DimRange(min(latents), max(latents), max(latents)),
+        width=engine.DimRange(min(latents), max(latents), max(latents)),
+        progress=options.progress,
+    )
+    with steps.run(STEP_ENGINE) as step:
+        try:
+            built = engine.build_engine(fused, plan, build_options)
+        except engine.EngineBuildError as exc:
+            step.status, step.detail = "failed", f"{exc.message} ({exc.hint})" if exc.hint else exc.message
+        else:
+            step.detail = (f"{plan.name}: {built.plan_bytes / 2**20:.1f} MiB, TensorRT-RTX {built.tensorrt_version}, "
+                           f"fp32, compute capability {','.join(built.targets)}, {built.plugin_layers}/"
+                           f"{built.plugin_nodes} trt_gn nodes as plugin layers")
+            report["engine"] = dict(plan=plan.name, bytes=built.plan_bytes, seconds=round(built.seconds, 2),
+                                    builder=built.builder, targets=list(built.targets),
+                                    tensorrt=built.tensorrt_version, precision="fp32",
+                                    plugin_nodes=built.plugin_nodes, plugin_layers=built.plugin_layers,
+                                    plugin_library=str(built.plugin_library),
+                                    profile=[dataclasses.asdict(s) for s in built.profile])
+    steps.skip(STEP_TRT_COMPARE, no_run)
+    steps.skip(STEP_TRITON, f"{why_not_tensorrt}; Triton's TensorRT backend runs TensorRT plans, not "
+                            f"TensorRT-RTX plans (`trt-gn triton --backend python` serves the fused ONNX model)")
+
+
 def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, plugin: Path,
                     cases: list[dict], stage: Path) -> None:
     from . import engine, triton
@@ -507,8 +579,9 @@ def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Pat
         else:
             step.detail = f"{plan.name}: {built.plan_bytes / 2**20:.1f} MiB, TensorRT {built.tensorrt_version}, {options.precision}"
             report["engine"] = dict(plan=plan.name, bytes=built.plan_bytes, seconds=round(built.seconds, 2),
-                                    tensorrt=built.tensorrt_version, precision=options.precision,
-                                    plugin_library=str(built.plugin_library),
+                                    builder=built.builder, targets=[], tensorrt=built.tensorrt_version,
+                                    precision=options.precision, plugin_nodes=built.plugin_nodes,
+                                    plugin_layers=built.plugin_layers, plugin_library=str(built.plugin_library),
                                     profile=[dataclasses.asdict(s) for s in built.profile])
 
     if shutil.which("polygraphy") is None:
@@ -551,8 +624,10 @@ def _environment() -> dict:
     except ImportError:
         trt_version = None
     cuda = torch.cuda.is_available()
+    rtx = sys.modules.get("tensorrt_rtx") or sys.modules.get("tensorrt_rtx_bindings")
     return dict(python=sys.version.split()[0], torch=torch.__version__, onnx=onnx.__version__,
                 onnxruntime=onnxruntime.__version__, tensorrt=trt_version,
+                tensorrt_rtx=str(rtx.__version__) if rtx is not None else None,
                 gpu=torch.cuda.get_device_name() if cuda else None)
 
 
@@ -575,7 +650,8 @@ def render_markdown(report: dict) -> str:
         f"- model: `{report['model']}` ({report['kind']}), weights: {report['weights']}, seed {report['seed']}",
         f"- ONNX: fp32, opset {report['opset']}; engine precision: {report['precision']}",
         f"- trt_gn {report['trt_gn_version']}, Python {env['python']}, torch {env['torch']}, onnx {env['onnx']}, "
-        f"onnxruntime {env['onnxruntime']}, TensorRT {env['tensorrt'] or 'not installed'}, GPU {env['gpu'] or 'none'}",
+        f"onnxruntime {env['onnxruntime']}, TensorRT {env['tensorrt'] or 'not installed'}, "
+        f"TensorRT-RTX {env.get('tensorrt_rtx') or 'not used'}, GPU {env['gpu'] or 'none'}",
         f"- created {report['created']}",
         "",
         "## Steps",
@@ -616,8 +692,11 @@ def render_markdown(report: dict) -> str:
         lines.append("No engine was built (see Steps and Skipped).")
     if report["engine"] is not None:
         e = report["engine"]
-        lines.append(f"- engine `{e['plan']}`: {e['bytes'] / 2**20:.1f} MiB, TensorRT {e['tensorrt']}, "
-                     f"{e['precision']}, built in {e['seconds']:.1f} s, plugin {e['plugin_library']}")
+        builder = "TensorRT-RTX" if e.get("builder") == "tensorrt-rtx" else "TensorRT"
+        targets = f", for compute capability {', '.join(e['targets'])}" if e.get("targets") else ""
+        lines.append(f"- engine `{e['plan']}`: {e['bytes'] / 2**20:.1f} MiB, {builder} {e['tensorrt']}, "
+                     f"{e['precision']}{targets}, built in {e['seconds']:.1f} s, {e.get('plugin_layers')}/"
+                     f"{e.get('plugin_nodes')} trt_gn nodes as plugin layers, plugin {e['plugin_library']}")
     if report["tensorrt_comparison"] is not None:
         t = report["tensorrt_comparison"]
         lines.append(f"- polygraphy (TensorRT vs onnxruntime): {'PASS' if t['passed'] else 'FAIL'}, {t['detail']} "

@@ -1,4 +1,5 @@
-"""Write a Triton Inference Server model repository for a trt_gn TensorRT engine.
+"""Write a Triton Inference Server model repository for a trt_gn TensorRT engine, or for the
+fused ONNX model served by Triton's Python backend with onnxruntime (``write_python_repository``).
 
 Layout written (``<repository>/<model>/``)::
 
@@ -18,10 +19,21 @@ Input/output names, element types and dimensions come from the engine when Tenso
 is importable here (the plan is deserialized, so a GPU is needed too), otherwise from
 the ONNX model. The model folder is assembled in a hidden staging folder of the
 repository and renamed into place, so a failure never leaves a half-written model.
+
+Python backend (``backend: "python"``), where TensorRT is not available::
+
+    config.pbtxt                    backend "python", inputs/outputs from the ONNX model, KIND_CPU
+    <version>/model.py              onnxruntime session over model.onnx (CUDA EP where installed)
+    <version>/model.onnx            the fused model (+ model.onnx.data when it has external data)
+
+onnxruntime runs the trt_gn node through its model-local function, so the model must carry it
+(the exporter's default; not ``--bare``). The server's Python environment needs numpy and
+onnxruntime (onnxruntime-gpu for the CUDA EP).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -37,6 +49,48 @@ from .engine import (PLAN_SUFFIXES, EngineBuildError, TensorSpec, _plugin_path, 
 PLATFORM = "tensorrt_plan"
 PLAN_FILE_NAME = "model.plan"  # Triton's default_model_filename for tensorrt_plan
 IO_SOURCES = ("auto", "engine", "onnx")
+BACKENDS = ("tensorrt", "python")
+PYTHON_MODEL_FILE = "model.py"
+PYTHON_ONNX_FILE = "model.onnx"
+
+# The Python backend's model: one onnxruntime session over the fused ONNX model beside it. Each
+# request runs as sent (its batch is dimension 0 of its tensors); an error answers that request.
+PYTHON_MODEL_SOURCE = '''\
+"""Triton Python backend model written by `trt-gn triton --backend python`: serves model.onnx
+(a trt_gn fused model; onnxruntime runs its GroupNormAct nodes through their model-local function)."""
+
+import json
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        folder = os.path.join(args["model_repository"], args["model_version"])
+        config = json.loads(args["model_config"])
+        preferred = ["CUDAExecutionProvider"] if args.get("model_instance_kind") == "GPU" else []
+        available = ort.get_available_providers()
+        providers = [p for p in preferred if p in available] + ["CPUExecutionProvider"]
+        self.session = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=providers)
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = [o["name"] for o in config["output"]]
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                feeds = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
+                results = self.session.run(self.outputs, feeds)
+                tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value))
+                           for name, value in zip(self.outputs, results)]
+                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+            except Exception as exc:  # one bad request must not take the model down
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
+        return responses
+'''
 
 # ONNX element type name -> Triton model-config DataType
 ONNX_TO_TRITON_DTYPE = {
@@ -106,8 +160,11 @@ def _quote(text: str) -> str:
 def model_config_text(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *,
                       max_batch_size: int, instance_count: int = 1, gpus: Sequence[int] = (),
                       dynamic_batching: bool = False, preferred_batch_sizes: Sequence[int] = (),
-                      max_queue_delay_us: int = 100) -> str:
+                      max_queue_delay_us: int = 100, backend: str = "tensorrt") -> str:
     """config.pbtxt text (protobuf text format of Triton's inference.ModelConfig).
+
+    ``backend`` "tensorrt": platform tensorrt_plan, GPU instances; "python": the Python backend
+    (model.py), CPU instances unless ``gpus`` are given.
 
     With max_batch_size > 0, Triton owns dimension 0 (the batch): it is left out of ``dims``.
     Dynamic dimensions are -1.
@@ -124,15 +181,20 @@ def model_config_text(name: str, inputs: Sequence[TensorSpec], outputs: Sequence
                 f"    dims: [ {dims_text} ]\n"
                 "  }")
 
-    lines = [
-        f"name: {_quote(name)}",
-        f"platform: {_quote(PLATFORM)}",
-        f"max_batch_size: {int(max_batch_size)}",
-        f"default_model_filename: {_quote(PLAN_FILE_NAME)}",
+    if backend not in BACKENDS:
+        raise RepositoryError(f"unknown backend '{backend}'", f"choose one of {', '.join(BACKENDS)}")
+    lines = [f"name: {_quote(name)}"]
+    if backend == "python":
+        lines += [f"backend: {_quote('python')}", f"max_batch_size: {int(max_batch_size)}"]
+    else:
+        lines += [f"platform: {_quote(PLATFORM)}", f"max_batch_size: {int(max_batch_size)}",
+                  f"default_model_filename: {_quote(PLAN_FILE_NAME)}"]
+    lines += [
         "input [\n" + ",\n".join(tensor_block(t) for t in inputs) + "\n]",
         "output [\n" + ",\n".join(tensor_block(t) for t in outputs) + "\n]",
     ]
-    group = ["  {", f"    count: {int(instance_count)}", "    kind: KIND_GPU"]
+    kind = "KIND_CPU" if backend == "python" and not gpus else "KIND_GPU"
+    group = ["  {", f"    count: {int(instance_count)}", f"    kind: {kind}"]
     if gpus:
         group.append(f"    gpus: [ {', '.join(str(int(g)) for g in gpus)} ]")
     group.append("  }")
@@ -224,6 +286,49 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
     repo = Path(repository)
     plan = Path(plan)
     # -- every check before anything is written --------------------------------------------
+    _check_common(repo, model_name, options)
+    if not plan.is_file():
+        raise RepositoryError(f"engine {plan} does not exist", "build it with `trt-gn build`")
+    if plan.suffix.lower() not in PLAN_SUFFIXES:
+        raise RepositoryError(f"engine {plan} must end in {' or '.join(PLAN_SUFFIXES)}")
+    onnx_path = Path(options.onnx) if options.onnx is not None else None
+    if onnx_path is not None:
+        _check_onnx_path(onnx_path)
+    plugin = _plugin_path(options.plugin_library)
+    autoload = _autoload_path(plugin)
+
+    inputs, outputs, profile, source, notes = _io_specs(plan, options, onnx_path, plugin)
+    max_batch, dynamic = _resolve_batching(inputs, outputs, profile, source, options)
+    text = model_config_text(model_name, inputs, outputs, max_batch_size=max_batch,
+                             instance_count=options.instance_count, gpus=options.gpus,
+                             dynamic_batching=dynamic, preferred_batch_sizes=options.preferred_batch_sizes,
+                             max_queue_delay_us=options.max_queue_delay_us)
+
+    def fill(stage: Path) -> None:
+        (stage / "config.pbtxt").write_text(text)
+        version_dir = stage / str(options.version)
+        version_dir.mkdir()
+        shutil.copyfile(plan, version_dir / PLAN_FILE_NAME)
+        shutil.copyfile(plugin, stage / spec.PLUGIN_LIBRARY)
+        shutil.copyfile(autoload, stage / spec.PLUGIN_AUTOLOAD_LIBRARY)  # loads the plugin from its own folder
+
+    target = _publish(repo, model_name, fill)
+    return RepositoryResult(model_dir=target, config=target / "config.pbtxt",
+                            plan=target / str(options.version) / PLAN_FILE_NAME,
+                            plugin_library=target / spec.PLUGIN_LIBRARY,
+                            plugin_autoload_library=target / spec.PLUGIN_AUTOLOAD_LIBRARY, io_source=source,
+                            max_batch_size=max_batch, config_text=text, notes=notes)
+
+
+def _check_onnx_path(onnx_path: Path) -> None:
+    if not onnx_path.is_file():
+        raise RepositoryError(f"ONNX model {onnx_path} does not exist")
+    if onnx_path.suffix.lower() != ".onnx":
+        raise RepositoryError(f"{onnx_path} does not end in .onnx", "pass an ONNX model file (*.onnx)")
+
+
+def _check_common(repo: Path, model_name: str, options: RepositoryOptions) -> None:
+    """The checks every repository kind makes before anything is written."""
     if not _MODEL_NAME_RE.match(model_name):
         raise RepositoryError(f"model name '{model_name}' is not a valid folder name",
                               "use letters, digits, '_', '-' and '.', not starting with '.' or '-'")
@@ -237,18 +342,6 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         raise RepositoryError(f"model version must be >= 1, got {options.version}")
     if options.max_queue_delay_us < 0:
         raise RepositoryError(f"max queue delay must be >= 0, got {options.max_queue_delay_us}")
-    if not plan.is_file():
-        raise RepositoryError(f"engine {plan} does not exist", "build it with `trt-gn build`")
-    if plan.suffix.lower() not in PLAN_SUFFIXES:
-        raise RepositoryError(f"engine {plan} must end in {' or '.join(PLAN_SUFFIXES)}")
-    onnx_path = Path(options.onnx) if options.onnx is not None else None
-    if onnx_path is not None:
-        if not onnx_path.is_file():
-            raise RepositoryError(f"ONNX model {onnx_path} does not exist")
-        if onnx_path.suffix.lower() != ".onnx":
-            raise RepositoryError(f"{onnx_path} does not end in .onnx", "pass an ONNX model file (*.onnx)")
-    plugin = _plugin_path(options.plugin_library)
-    autoload = _autoload_path(plugin)
     repo_parent = repo.parent if str(repo.parent) else Path(".")
     if repo.exists() and not repo.is_dir():
         raise RepositoryError(f"model repository {repo} exists and is not a folder")
@@ -261,25 +354,16 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
     if target.exists() and not options.overwrite:
         raise RepositoryError(f"{target} already exists", "pass --overwrite to replace it")
 
-    inputs, outputs, profile, source, notes = _io_specs(plan, options, onnx_path, plugin)
-    max_batch, dynamic = _resolve_batching(inputs, outputs, profile, source, options)
-    text = model_config_text(model_name, inputs, outputs, max_batch_size=max_batch,
-                             instance_count=options.instance_count, gpus=options.gpus,
-                             dynamic_batching=dynamic, preferred_batch_sizes=options.preferred_batch_sizes,
-                             max_queue_delay_us=options.max_queue_delay_us)
 
-    # -- write: stage the whole model folder, then rename it into place ---------------------
+def _publish(repo: Path, model_name: str, fill) -> Path:
+    """Stage the whole model folder (``fill(stage)``), then rename it into place; returns it."""
+    target = repo / model_name
     created_repo = not repo.exists()
     repo.mkdir(exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{model_name}.staging-", dir=repo))
     backup = None
     try:
-        (stage / "config.pbtxt").write_text(text)
-        version_dir = stage / str(options.version)
-        version_dir.mkdir()
-        shutil.copyfile(plan, version_dir / PLAN_FILE_NAME)
-        shutil.copyfile(plugin, stage / spec.PLUGIN_LIBRARY)
-        shutil.copyfile(autoload, stage / spec.PLUGIN_AUTOLOAD_LIBRARY)  # loads the plugin from its own folder
+        fill(stage)
         os.chmod(stage, 0o755)  # mkdtemp makes it 0700; the server may run as another user
         if target.exists():
             backup = Path(tempfile.mkdtemp(prefix=f".{model_name}.old-", dir=repo))
@@ -296,8 +380,74 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         raise
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
-    return RepositoryResult(model_dir=target, config=target / "config.pbtxt",
-                            plan=target / str(options.version) / PLAN_FILE_NAME,
-                            plugin_library=target / spec.PLUGIN_LIBRARY,
-                            plugin_autoload_library=target / spec.PLUGIN_AUTOLOAD_LIBRARY, io_source=source,
-                            max_batch_size=max_batch, config_text=text, notes=notes)
+    return target
+
+
+@dataclass
+class PythonRepositoryResult:
+    model_dir: Path
+    config: Path
+    model_py: Path
+    onnx: Path
+    max_batch_size: int
+    config_text: str
+
+    @property
+    def server_command(self) -> str:
+        return f"tritonserver --model-repository={self.model_dir.parent}"
+
+
+def _onnxruntime_can_run(onnx_path: Path) -> None:
+    """onnxruntime runs trt_gn nodes through their model-local function only; refuse models without it."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    functions = {(f.domain, f.name) for f in model.functions}
+    for node in model.graph.node:
+        if node.domain == spec.ONNX_DOMAIN and (node.domain, node.op_type) not in functions:
+            raise RepositoryError(
+                f"{onnx_path} has a {node.domain}::{node.op_type} node ('{node.name}') without its model-local "
+                f"function, which onnxruntime needs to run it",
+                "export without --bare, or fuse with `trt-gn fuse` (both write the function)")
+        if node.op_type == spec.LEGACY_PLUGIN_NAME and node.domain in ("", "ai.onnx"):
+            raise RepositoryError(f"{onnx_path} has TensorRT 8.5's GroupNorm node ('{node.name}'), which "
+                                  f"onnxruntime cannot run", "serve it with the TensorRT backend")
+
+
+def write_python_repository(repository, model_name: str, onnx_model, options: RepositoryOptions | None = None
+                            ) -> PythonRepositoryResult:
+    """Write ``<repository>/<model_name>`` serving ``onnx_model`` with Triton's Python backend and
+    onnxruntime (see the module docstring). With ``max_batch_size`` None or 0 the batch stays a
+    dimension of the tensors (Triton does no batching); > 0 lets Triton batch (dynamic batching on)."""
+    from .onnx import io as onnx_io
+
+    options = options or RepositoryOptions()
+    repo = Path(repository)
+    onnx_path = Path(onnx_model)
+    _check_common(repo, model_name, options)
+    _check_onnx_path(onnx_path)
+    if options.io_from == "engine":
+        raise RepositoryError("the Python backend serves the ONNX model: there is no engine to read", "drop --io-from")
+    _onnxruntime_can_run(onnx_path)
+    inputs, outputs = read_onnx_io(onnx_path)
+    if options.max_batch_size is None:
+        options = dataclasses.replace(options, max_batch_size=0)
+    max_batch, dynamic = _resolve_batching(inputs, outputs, None, "onnx", options)
+    text = model_config_text(model_name, inputs, outputs, max_batch_size=max_batch,
+                             instance_count=options.instance_count, gpus=options.gpus,
+                             dynamic_batching=dynamic, preferred_batch_sizes=options.preferred_batch_sizes,
+                             max_queue_delay_us=options.max_queue_delay_us, backend="python")
+    model = onnx_io.load_model(onnx_path)
+
+    def fill(stage: Path) -> None:
+        (stage / "config.pbtxt").write_text(text)
+        version_dir = stage / str(options.version)
+        version_dir.mkdir()
+        (version_dir / PYTHON_MODEL_FILE).write_text(PYTHON_MODEL_SOURCE)
+        onnx_io.save_model(model, version_dir / PYTHON_ONNX_FILE)
+
+    target = _publish(repo, model_name, fill)
+    version_dir = target / str(options.version)
+    return PythonRepositoryResult(model_dir=target, config=target / "config.pbtxt",
+                                  model_py=version_dir / PYTHON_MODEL_FILE, onnx=version_dir / PYTHON_ONNX_FILE,
+                                  max_batch_size=max_batch, config_text=text)

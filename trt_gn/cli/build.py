@@ -23,19 +23,29 @@ examples:
   # a plan that newer TensorRT versions can run, with the plugin library serialized into it
   trt-gn build model.onnx -o model.plan --batch 1:1:8 --version-compatible
 
+  # TensorRT-RTX, ahead of time (no GPU needed): one plan for RTX 30, 40 and 50 GPUs
+  trt-gn build vae_decoder.fused.onnx -o vae_decoder.rtx.plan --builder tensorrt-rtx \
+      --target-cc 8.0,8.6,8.9,12.0 --batch 1:1:2 --height 32:64:128 --width 32:64:128
+
 dynamic dimensions: --batch fills dimension 0 of every input whose dimension 0 is dynamic;
 --height/--width fill dimensions 2/3 of rank-4 (NCHW) inputs; --shape overrides them for one input.
 Each takes MIN:OPT:MAX (or one number for a fixed size).
 
 precision: fp16/bf16 let TensorRT choose reduced precision per layer (TensorRT 10 builder flags);
 fp32 also disables TF32; strongly-typed keeps the types written in the ONNX model (the only mode of
-TensorRT 11, which removed the FP16/BF16 flags).
+TensorRT 11, which removed the FP16/BF16 flags, and of TensorRT-RTX). Default: fp16 with TensorRT,
+strongly-typed with TensorRT-RTX.
+
+builders: tensorrt (the `tensorrt` Python package, 10 or later; needs a GPU, builds for it) and
+tensorrt-rtx (TensorRT-RTX, `pip install tensorrt-rtx-cu13-libs tensorrt-rtx-cu13-bindings`:
+builds on any machine, GPU or not, for the compute capabilities of --target-cc, default
+8.0,8.6,8.9,12.0; the plan runs on each of them, not on Hopper).
 
 plugin library: --plugin, else $TRT_GN_PLUGIN_LIBRARY, <package>/lib/libtrt_gn_plugin.so,
 <repository>/build/plugin/libtrt_gn_plugin.so.
 
-exit codes: 0 built; 1 TensorRT failed to parse/build; 2 bad arguments or input; 3 TensorRT not
-installed; 130 interrupted. The plan (and timing cache) are written atomically: nothing is
+exit codes: 0 built; 1 TensorRT failed to parse/build; 2 bad arguments or input; 3 TensorRT (or
+TensorRT-RTX) not installed; 130 interrupted. The plan (and timing cache) are written atomically: nothing is
 written on failure.
 """
 
@@ -67,8 +77,16 @@ def _dim_range(text: str):
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _target_cc(text: str):
+    from ..engine import parse_target_cc
+    try:
+        return parse_target_cc(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(subparsers) -> None:
-    from ..engine import DEFAULT_WORKSPACE_BYTES, PRECISIONS
+    from ..engine import BUILDERS, DEFAULT_WORKSPACE_BYTES, PRECISIONS
 
     p = subparsers.add_parser(
         "build",
@@ -82,7 +100,12 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", metavar="ENGINE.plan",
                    help="engine file to write (.plan or .engine; default: MODEL.plan next to the model)")
     p.add_argument("--plugin", metavar="LIB.so", help="plugin library (default: the one trt_gn finds)")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp16", help="default: fp16")
+    p.add_argument("--builder", choices=BUILDERS, default="tensorrt",
+                   help="tensorrt (default; GPU) or tensorrt-rtx (ahead of time, no GPU needed)")
+    p.add_argument("--target-cc", type=_target_cc, metavar="CC,...",
+                   help="TensorRT-RTX: compute capabilities the plan runs on (default: 8.0,8.6,8.9,12.0)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="default: fp16 (tensorrt), strongly-typed (tensorrt-rtx)")
     p.add_argument("--shape", dest="shapes", action="append", default=[], type=_shape_range,
                    metavar="NAME:MIN,OPT,MAX", help="profile of one input, e.g. x:1x4x64x64,2x4x64x64,4x4x128x128")
     p.add_argument("--batch", type=_dim_range, metavar="MIN:OPT:MAX", help="range of dynamic dimension 0")
@@ -107,16 +130,18 @@ def _error(message: str, hint: str = "") -> None:
 
 
 def run(args) -> int:
-    from ..engine import (BuildOptions, EngineBuildError, TensorRTNotInstalledError, build_engine,
-                          check_build_arguments)
+    from ..engine import (BuildOptions, EngineBuildError, TensorRTNotInstalledError, UnsupportedTargetError,
+                          build_engine, check_build_arguments)
 
     output = Path(args.output) if args.output else Path(args.onnx).with_suffix(".plan")
-    options = BuildOptions(plugin_library=args.plugin, precision=args.precision, shapes=args.shapes,
+    precision = args.precision or ("strongly-typed" if args.builder == "tensorrt-rtx" else "fp16")
+    options = BuildOptions(plugin_library=args.plugin, precision=precision, shapes=args.shapes,
                            batch=args.batch, height=args.height, width=args.width,
                            workspace_bytes=args.workspace, timing_cache=args.timing_cache,
                            version_compatible=args.version_compatible,
                            exclude_lean_runtime=args.exclude_lean_runtime,
-                           optimization_level=args.optimization_level, progress=not args.no_progress)
+                           optimization_level=args.optimization_level, progress=not args.no_progress,
+                           builder=args.builder, target_cc=args.target_cc or ())
     try:
         check_build_arguments(args.onnx, output, options)
     except EngineBuildError as e:
@@ -127,14 +152,21 @@ def run(args) -> int:
     except TensorRTNotInstalledError as e:
         _error(e.message, e.hint)
         return EXIT_NO_TENSORRT
+    except UnsupportedTargetError as e:
+        _error(e.message, e.hint)
+        return EXIT_BAD_INPUT
     except EngineBuildError as e:
         _error(e.message, e.hint)
         return EXIT_FAILED
     except KeyboardInterrupt:
         _error("interrupted; nothing was written")
         return EXIT_INTERRUPTED
+    builder = "TensorRT-RTX" if result.builder == "tensorrt-rtx" else "TensorRT"
     print(f"wrote {result.plan} ({result.plan_bytes / 2**20:.1f} MiB) in {result.seconds:.1f} s "
-          f"with TensorRT {result.tensorrt_version}, plugin {result.plugin_library}")
+          f"with {builder} {result.tensorrt_version}, plugin {result.plugin_library}")
+    print(f"  {result.plugin_layers} of {result.plugin_nodes} trt_gn node(s) became plugin layers")
+    if result.targets:
+        print(f"  runs on compute capability {', '.join(result.targets)}")
     for s in result.profile:
         print(f"  profile {s.name}: min {'x'.join(map(str, s.min))}, opt {'x'.join(map(str, s.opt))}, "
               f"max {'x'.join(map(str, s.max))}")

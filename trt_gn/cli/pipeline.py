@@ -27,7 +27,10 @@ examples:
 steps: build model, export ONNX (torch.onnx dynamo, batch/height/width dynamic), fuse, validate
 (onnxruntime: original vs fused at batch 1 latent 8 and batch 2 latent 16), kernel check (needs a
 GPU), engine build + TensorRT vs onnxruntime (polygraphy) + Triton model repository (need TensorRT
-and a GPU), report. A step that cannot run here is reported as skipped, with the reason.
+and a GPU), report. Without them, where TensorRT-RTX and the plugin library are installed, the
+engine is built by TensorRT-RTX ahead of time (GPU or not) for --target-cc (default
+8.0,8.6,8.9,12.0), and the report names the builder and targets. A step that cannot run here is
+reported as skipped, with the reason.
 
 The ONNX models are exported in fp32 so onnxruntime can check them on a CPU; --precision sets the
 TensorRT engine's precision (builder flag) and the TensorRT comparison's tolerance. The kernel check
@@ -63,6 +66,10 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default: 0)")
     p.add_argument("--opset", type=int, default=18, help="ONNX opset of the export (default: 18)")
     p.add_argument("--plugin", metavar="LIB.so", help="TensorRT plugin library (default: the one trt_gn finds)")
+    p.add_argument("--builder", choices=("auto", "tensorrt", "tensorrt-rtx"), default="auto",
+                   help="engine builder (auto: TensorRT with a GPU, else TensorRT-RTX where installed)")
+    p.add_argument("--target-cc", type=_target_cc, default=(), metavar="CC,...",
+                   help="TensorRT-RTX: compute capabilities of the plan (default: 8.0,8.6,8.9,12.0)")
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     p.set_defaults(func=run)
@@ -108,12 +115,21 @@ class _Display:
 _COLOURS = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
 
 
+def _target_cc(text: str):
+    from ..engine import parse_target_cc
+    try:
+        return parse_target_cc(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def run(args) -> int:
     from ..pipeline import STEP_VALIDATE, PipelineError, PipelineOptions, run_pipeline
 
     options = PipelineOptions(model=args.model, out=args.out, weights=args.weights, precision=args.precision,
                               seed=args.seed, opset=args.opset, overwrite=args.overwrite,
-                              plugin_library=args.plugin, progress=not args.no_progress)
+                              plugin_library=args.plugin, progress=not args.no_progress,
+                              builder=args.builder, target_cc=tuple(args.target_cc))
     display = _Display(not args.no_progress)
     try:
         result = run_pipeline(options, on_step=display)

@@ -1,4 +1,5 @@
-"""`trt-gn triton`: write a Triton Inference Server model repository for a trt_gn engine."""
+"""`trt-gn triton`: write a Triton Inference Server model repository for a trt_gn engine, or for
+the fused ONNX model on Triton's Python backend (onnxruntime) where TensorRT is not available."""
 
 from __future__ import annotations
 
@@ -24,10 +25,17 @@ examples:
   tritonserver --model-repository=models \\
       --backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin_autoload.so
 
-written: REPOSITORY/MODEL/config.pbtxt, REPOSITORY/MODEL/VERSION/model.plan,
+  # no TensorRT at all: serve the fused ONNX model with Triton's Python backend and onnxruntime
+  trt-gn triton vae_decoder.fused.onnx --backend python --repository models --model vae_decoder
+  tritonserver --model-repository=models      # its Python needs numpy and onnxruntime
+
+written (tensorrt): REPOSITORY/MODEL/config.pbtxt, REPOSITORY/MODEL/VERSION/model.plan,
 REPOSITORY/MODEL/libtrt_gn_plugin.so, REPOSITORY/MODEL/libtrt_gn_plugin_autoload.so (taken from
-the plugin's folder). The model folder is assembled aside and renamed into place: nothing is left
-half-written.
+the plugin's folder). Written (python): REPOSITORY/MODEL/config.pbtxt (backend "python", CPU
+instances unless --gpus), REPOSITORY/MODEL/VERSION/model.py and model.onnx; the model must carry the
+trt_gn node's model-local function (not `--bare`), which onnxruntime runs; the batch stays a
+dimension of the tensors unless --max-batch-size > 0. The model folder is assembled aside and
+renamed into place: nothing is left half-written.
 
 exit codes: 0 written; 1 could not write the files; 2 bad arguments or input (or an engine TensorRT cannot load);
 3 --io-from engine without TensorRT.
@@ -42,18 +50,22 @@ def _gpus(text: str) -> list[int]:
 
 
 def register(subparsers) -> None:
-    from ..triton import IO_SOURCES
+    from ..triton import BACKENDS, IO_SOURCES
 
     p = subparsers.add_parser(
         "triton",
-        help="write a Triton model repository (config.pbtxt, plan, plugin + autoload shim) for an engine",
+        help="write a Triton model repository for an engine (TensorRT backend) or a fused ONNX model (Python backend)",
         description="Write a Triton Inference Server model repository for a TensorRT engine built by "
         "`trt-gn build`: config.pbtxt (platform tensorrt_plan), the version folder with the plan, the "
         "plugin library and its self-registering shim (what Triton loads).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("plan", metavar="ENGINE.plan", help="engine written by `trt-gn build`")
+    p.add_argument("plan", metavar="ENGINE.plan|MODEL.onnx",
+                   help="engine written by `trt-gn build`; with --backend python, the fused ONNX model")
+    p.add_argument("--backend", choices=BACKENDS, default="tensorrt",
+                   help="tensorrt (default: the engine, platform tensorrt_plan) or python (the ONNX model, "
+                   "onnxruntime in Triton's Python backend)")
     p.add_argument("--repository", required=True, metavar="DIR", help="model repository folder (created if missing)")
     p.add_argument("--model", metavar="NAME", help="model name (default: the engine's file stem)")
     p.add_argument("--onnx", metavar="MODEL.onnx", help="the ONNX model the engine was built from")
@@ -93,6 +105,8 @@ def run(args) -> int:
                                 preferred_batch_sizes=args.preferred_batch_sizes,
                                 max_queue_delay_us=args.max_queue_delay_us, version=args.version,
                                 overwrite=args.overwrite)
+    if args.backend == "python":
+        return _run_python(args, model, options)
     try:
         result = write_model_repository(args.repository, model, args.plan, options)
     except TensorRTNotInstalledError as e:
@@ -111,4 +125,28 @@ def run(args) -> int:
     print(f"wrote {result.model_dir} (max_batch_size {result.max_batch_size}, inputs/outputs from "
           f"{result.io_source})")
     print(f"serve it with:\n  {result.server_command}")
+    return EXIT_OK
+
+
+def _run_python(args, model: str, options) -> int:
+    import dataclasses
+
+    from ..engine import EngineBuildError
+    from ..triton import write_python_repository
+
+    if args.onnx is not None or args.plugin is not None or args.io_from != "auto":
+        _error("--onnx, --plugin and --io-from belong to the TensorRT backend",
+               "with --backend python, the positional argument is the fused ONNX model")
+        return EXIT_BAD_INPUT
+    try:
+        result = write_python_repository(args.repository, model, args.plan,
+                                         dataclasses.replace(options, io_from="onnx"))
+    except EngineBuildError as e:
+        _error(e.message, e.hint)
+        return EXIT_BAD_INPUT
+    except OSError as e:
+        _error(f"could not write the model repository: {e}")
+        return EXIT_FAILED
+    print(f"wrote {result.model_dir} (Python backend, onnxruntime; max_batch_size {result.max_batch_size})")
+    print(f"serve it with (its Python needs numpy and onnxruntime):\n  {result.server_command}")
     return EXIT_OK
