@@ -1,11 +1,19 @@
 """`trt-gn`: the command-line entry point. Each subcommand is a module trt_gn/cli/<name>.py
-exposing register(subparsers), which adds its parser and sets `func` (args -> exit code)."""
+exposing register(subparsers), which adds its parser and sets `func` (args -> exit code).
+
+Every failure of every subcommand ends here, in one place: one line ``trt-gn <cmd>: error: ...``
+(plus an optional hint line) and the exit code of trt_gn.errors, with no traceback unless
+``--debug``. A subcommand reports what it can act on by raising trt_gn.errors.Error."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
+
+from .. import errors
+from ._errors import print_error
 
 # Every subcommand module, in --help order; a module listed here that fails to import is an error.
 SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "export", "fuse", "validate")
@@ -25,12 +33,38 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         module.register(subparsers)
+    for name, sub in subparsers.choices.items():
+        if not any("--debug" in action.option_strings for action in sub._actions):
+            sub.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 
 
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if a in SUBCOMMAND_MODULES), "")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"trt-gn {_command(argv)}".strip()
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except errors.Error as exc:
+        code, message, hint = exc.exit_code, exc.message, exc.hint
+    except KeyboardInterrupt:
+        code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
+    except OSError as exc:  # a file the OS refused (read or write): name it
+        where = f"{exc.filename}: " if exc.filename else ""
+        code, message = errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}"
+        hint = "nothing was written; rerun with --debug for the full traceback"
+    except Exception as exc:  # never a bare traceback: one line, the traceback behind --debug
+        code, message = errors.EXIT_FAILED, f"{type(exc).__name__}: {errors.first_line(exc)}"
+        hint = "nothing was written; rerun with --debug for the full traceback"
+    if debug:
+        traceback.print_exc()
+    print_error(prog, message, hint)
+    return code
 
 
 if __name__ == "__main__":

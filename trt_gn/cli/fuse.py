@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._onnx_common import fail, progress_bar
+from ._onnx_common import progress_bar
 
 EPILOG = """examples:
   trt-gn fuse unet.onnx unet.fused.onnx
@@ -28,17 +28,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..onnx import fusion
-    from ..onnx.io import OnnxInputError, OutputPathError
 
-    try:
-        with progress_bar(not args.quiet) as progress:
-            report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
-    except OutputPathError as exc:
-        return fail("trt-gn fuse", str(exc), "choose an output file in an existing, writable folder, different from the input")
-    except OnnxInputError as exc:
-        return fail("trt-gn fuse", str(exc), "pass an .onnx model file (with its external data files next to it)")
-    except ValueError as exc:
-        return fail("trt-gn fuse", str(exc), "see `trt-gn fuse --help`")
+    with progress_bar(not args.quiet) as progress:
+        report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
     summary = report.summary()
     print(summary.splitlines()[0] if args.quiet else summary)
     if report.copied_unchanged:

@@ -6,10 +6,6 @@ import argparse
 
 from pathlib import Path
 
-from ._errors import print_error
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT = 0, 1, 2, 3
-
 EPILOG = """\
 examples:
   # engine built here (TensorRT importable): dims, types and max batch are read from the engine
@@ -29,8 +25,8 @@ REPOSITORY/MODEL/libtrt_gn_plugin.so, REPOSITORY/MODEL/libtrt_gn_plugin_autoload
 the plugin's folder). The model folder is assembled aside and renamed into place: nothing is left
 half-written.
 
-exit codes: 0 written; 1 could not write the files; 2 bad arguments or input (or an engine TensorRT cannot load);
-3 --io-from engine without TensorRT.
+exit codes: 0 written; 1 could not write the files, or TensorRT could not load the engine; 2 bad
+arguments or input; 3 TensorRT (--io-from engine) or the plugin library missing; 130 interrupted.
 """
 
 
@@ -78,12 +74,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _error(message: str, hint: str = "") -> None:
-    print_error("trt-gn triton", message, hint)
-
-
 def run(args) -> int:
-    from ..engine import EngineBuildError, TensorRTNotInstalledError
     from ..triton import RepositoryOptions, write_model_repository
 
     model = args.model or Path(args.plan).stem
@@ -93,22 +84,11 @@ def run(args) -> int:
                                 preferred_batch_sizes=args.preferred_batch_sizes,
                                 max_queue_delay_us=args.max_queue_delay_us, version=args.version,
                                 overwrite=args.overwrite)
-    try:
-        result = write_model_repository(args.repository, model, args.plan, options)
-    except TensorRTNotInstalledError as e:
-        _error(e.message, e.hint + "; or pass --io-from onnx --onnx MODEL.onnx")
-        return EXIT_NO_TENSORRT
-    except EngineBuildError as e:
-        # Everything is checked before the folder is written, so these are bad arguments or inputs,
-        # except a failure to deserialize the engine, which is reported the same way.
-        _error(e.message, e.hint)
-        return EXIT_BAD_INPUT
-    except OSError as e:
-        _error(f"could not write the model repository: {e}")
-        return EXIT_FAILED
+    # Everything is checked before the folder is written; errors carry their exit code (trt_gn.errors).
+    result = write_model_repository(args.repository, model, args.plan, options)
     for note in result.notes:
         print(f"note: {note}")
     print(f"wrote {result.model_dir} (max_batch_size {result.max_batch_size}, inputs/outputs from "
           f"{result.io_source})")
     print(f"serve it with:\n  {result.server_command}")
-    return EXIT_OK
+    return 0

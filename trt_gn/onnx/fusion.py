@@ -30,6 +30,7 @@ import numpy as np
 import onnx_ir as ir
 
 from .. import spec
+from ..errors import Error
 from . import io as onnx_io
 from . import node as onnx_node
 
@@ -569,10 +570,10 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
     opset = _opset(graph, model)
     report = FusionReport(function=function)
     if function and opset < onnx_node.MIN_FUNCTION_OPSET:
-        raise ValueError(
+        raise Error(
             f"the model has ai.onnx opset {opset}; the model-local function needs opset >= "
-            f"{onnx_node.MIN_FUNCTION_OPSET}: upgrade the model's opset or write bare nodes (--bare)"
-        )
+            f"{onnx_node.MIN_FUNCTION_OPSET}",
+            "upgrade the model's opset (onnx.version_converter) or write bare nodes (--bare)")
     namer = _Namer(graph)
     anchors = [(n, pat, fn) for n in graph for op, pat, fn in _MATCHERS if n.op_type == op and n.domain in ("", "ai.onnx")]
     for i, (node, pattern, matcher) in enumerate(anchors):
@@ -637,6 +638,7 @@ def fuse_file(
     A model with nothing to fuse is written as an unchanged copy (report.copied_unchanged)."""
     input_path, output_path = Path(input_path), Path(output_path)
     onnx_io.check_output_path(output_path, input_path)
+    inputs = onnx_io.model_files(input_path)
     if progress:
         progress("load", 0, 1)
     model = onnx_io.load_model(input_path)
@@ -651,7 +653,7 @@ def fuse_file(
     _strip_added_value_info(model, original_value_info)
     if progress:
         progress("save", 0, 1)
-    onnx_io.save_model(model, output_path)
+    onnx_io.save_model(model, output_path, keep=inputs)
     if progress:
         progress("save", 1, 1)
     report.copied_unchanged = not report.fused
