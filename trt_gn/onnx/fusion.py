@@ -112,19 +112,80 @@ class _Match:
 # small graph helpers
 
 
-def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None:
+def _const(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
+    """The value of `value` if it is a constant, or computable from constants and static shapes by a
+    few shape ops (what an export with do_constant_folding=False leaves in the graph); else None.
+    Nothing in the graph is changed."""
+    if value is None or depth > 16:
         return None
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Identity" and producer.domain in ("", "ai.onnx"):
-        return _const(producer.inputs[0])  # TorchScript exports shared initializers through Identity
     tensor = ir.convenience.get_const_tensor(value)
-    if tensor is None:
+    if tensor is not None:
+        try:
+            return np.asarray(tensor.numpy())
+        except Exception:
+            return None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return None
     try:
-        return np.asarray(tensor.numpy())
-    except Exception:
+        return _fold(node, depth + 1)
+    except Exception:  # anything unexpected (bad axes, odd dtypes): not provably constant
         return None
+
+
+def _fold(node: ir.Node, depth: int) -> np.ndarray | None:
+    op = node.op_type
+    if op == "Shape":
+        shape = node.inputs[0].shape
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return None
+        dims = np.array(list(shape), dtype=np.int64)
+        start, end = _attr(node, "start", 0), _attr(node, "end", None)
+        return dims[start:end]
+    inputs = [_const(i, depth) if i is not None else None for i in node.inputs]
+    if op not in ("Unsqueeze", "Squeeze", "Slice") and any(a is None for a in inputs):
+        return None
+    if op == "Identity":
+        return inputs[0]
+    if op == "Cast":
+        return inputs[0].astype(ir.DataType(_attr(node, "to")).numpy())
+    if op in ("Unsqueeze", "Squeeze"):
+        data = inputs[0]
+        axes = _attr(node, "axes", None)
+        if axes is None and len(inputs) > 1:
+            axes = None if inputs[1] is None else inputs[1].reshape(-1).tolist()
+        if data is None or (axes is None and op == "Unsqueeze"):
+            return None
+        if op == "Squeeze":
+            return np.squeeze(data, axis=None if axes is None else tuple(int(a) for a in axes))
+        out = data
+        rank = data.ndim + len(axes)
+        for a in sorted(int(a) % rank for a in axes):
+            out = np.expand_dims(out, a)
+        return out
+    if op == "Reshape":
+        data, target = inputs[0], [int(d) for d in inputs[1].reshape(-1)]
+        target = [data.shape[i] if d == 0 and not _attr(node, "allowzero", 0) else d for i, d in enumerate(target)]
+        return data.reshape(target)
+    if op == "Concat":
+        return np.concatenate(inputs, axis=int(_attr(node, "axis", 0)))
+    if op == "Gather":
+        return np.take(inputs[0], inputs[1], axis=int(_attr(node, "axis", 0)))
+    if op == "Slice":
+        data = inputs[0]
+        if data is None or any(a is None for a in inputs[1:]):
+            return None
+        starts, ends = inputs[1].reshape(-1), inputs[2].reshape(-1)
+        axes = inputs[3].reshape(-1) if len(inputs) > 3 and inputs[3] is not None else np.arange(len(starts))
+        steps = inputs[4].reshape(-1) if len(inputs) > 4 and inputs[4] is not None else np.ones(len(starts), np.int64)
+        index = [slice(None)] * data.ndim
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            index[int(ax)] = slice(int(st), int(en), int(sp))
+        return data[tuple(index)]
+    if op in ("Mul", "Add", "Sub", "Div") and all(a.dtype.kind == "i" for a in inputs):
+        a, b = inputs
+        return {"Mul": a * b, "Add": a + b, "Sub": a - b, "Div": a // b if (b != 0).all() else None}[op]
+    return None
 
 
 def _only_use(value: ir.Value, matched: list[ir.Node]) -> ir.Node:
@@ -226,8 +287,15 @@ def _restores_shape(shape_value: ir.Value, x: ir.Value, channels: int | None) ->
 
 
 def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tuple[np.ndarray, int, int | None] | None:
-    """A constant that broadcasts along axis 1 of a rank-`rank` tensor -> (flat (C,), C, rank)."""
+    """A constant that broadcasts along axis 1 of a rank-`rank` tensor -> (flat (C,), C, rank).
+
+    The rank must be known: a constant of shape [W] or [1, 1, 1, W] broadcasts along axis 1 only
+    for one rank of the other operand (2, resp. 4 with C == W == the last axis otherwise)."""
+    if rank is None:
+        return None
     shape = arr.shape
+    if len(shape) > rank:  # would broadcast the result to a higher rank
+        return None
     nontrivial = [i for i, d in enumerate(shape) if d != 1]
     if len(nontrivial) != 1:
         if arr.size == 1 and channels is not None:  # a scalar gamma/beta: broadcast it
@@ -235,8 +303,6 @@ def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tup
         return None
     c = shape[nontrivial[0]]
     trailing = len(shape) - 1 - nontrivial[0]  # dims after C: H, W, ... (right-aligned broadcast)
-    if rank is None:
-        rank = trailing + 2
     if trailing != rank - 2 or (channels is not None and c != channels):
         return None
     return arr.reshape(-1), c, rank
@@ -303,19 +369,43 @@ def _match_group_normalization(node: ir.Node, opset: int) -> _Match:
     return _Match(GROUP_NORMALIZATION, node, [node], x, _rank(x), channels, groups, eps, dtype, gamma, beta, node.outputs[0])
 
 
+def _fmt_dims(dims: list) -> str:
+    return "[" + ", ".join(f"dim{d[1]}" if isinstance(d, tuple) else str(d) for d in dims) + "]"
+
+
+def _same_dim(a, b) -> bool:
+    """Two dims provably equal: the same int, or the same named symbolic dim."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a is not None and b is not None and not isinstance(a, int) and not isinstance(b, int) \
+        and a.value is not None and a.value == b.value
+
+
 def _group_reshape(reshape: ir.Node, x: ir.Value) -> int:
-    """num_groups of Reshape(x, [N, G, -1]) (or [N, G, C/G, H, W]); raise _NoMatch otherwise."""
+    """num_groups G of Reshape(x, [N, G, -1]); raise _NoMatch (with the target) for anything else.
+
+    Proven: dim 0 copies x's (0, Shape(x)[0], or x's static N), dim 1 is a constant G > 0, dim 2 is
+    -1 (or, all static, exactly the rest). num_groups is never read from elsewhere."""
     dims = _dims_of(reshape.inputs[1], x)
-    out_rank = _rank(reshape.outputs[0])
-    groups = None
-    if dims is not None and len(dims) >= 3 and isinstance(dims[1], int) and dims[0] in (0, ("x", 0), _static_dim(x, 0)):
-        groups = dims[1]
-        if len(dims) == 3 and dims[2] != -1:
-            raise _NoMatch("the grouping Reshape does not flatten the group's channels and pixels")
-    elif out_rank is not None and out_rank >= 3:
-        groups = _static_dim(reshape.outputs[0], 1)
-    if groups is None or groups <= 0:
-        raise _NoMatch("the grouping Reshape's target shape is not [N, G, -1]")
+    if dims is None:  # not a constant or shape arithmetic we follow: the inferred output shape
+        out = reshape.outputs[0].shape
+        xs = x.shape
+        if out is None or xs is None or len(out) != 3 or not isinstance(out[1], int) or not _same_dim(out[0], xs[0]):
+            raise _NoMatch("cannot prove that the grouping Reshape's target is [N, G, -1]")
+        if out[1] <= 0:
+            raise _NoMatch("the grouping Reshape's target is not [N, G, -1]")
+        return out[1]
+    n0 = _static_dim(x, 0)
+    first_ok = dims[0] in (0, ("x", 0)) or (isinstance(dims[0], int) and dims[0] > 0 and dims[0] == n0)
+    if len(dims) != 3 or not first_ok or not isinstance(dims[1], int) or dims[1] <= 0:
+        raise _NoMatch(f"the grouping Reshape's target {_fmt_dims(dims)} is not [N, G, -1]")
+    groups = dims[1]
+    if dims[2] != -1:
+        shape = x.shape
+        static = shape is not None and all(isinstance(d, int) for d in shape)
+        total = int(np.prod(list(shape))) if static else None
+        if not static or not isinstance(dims[2], int) or dims[2] * groups * shape[0] != total:
+            raise _NoMatch(f"the grouping Reshape's target {_fmt_dims(dims)} is not [N, G, -1]")
     return groups
 
 
@@ -327,7 +417,9 @@ def _match_instance_norm(node: ir.Node, opset: int) -> _Match:
     scale, bias = _const(node.inputs[1]), _const(node.inputs[2])
     if scale is None or bias is None or not np.all(scale == 1) or not np.all(bias == 0):
         raise _NoMatch("InstanceNormalization has a scale/bias other than ones/zeros")
-    groups = int(scale.size)
+    groups = _group_reshape(reshape1, x)
+    if scale.size != groups or bias.size != groups:
+        raise _NoMatch(f"InstanceNormalization has {scale.size} channels, the grouping Reshape {groups} groups")
     matched = [reshape1, node]
     _only_use(reshape1.outputs[0], matched)
     reshape2 = _only_use(node.outputs[0], matched)
@@ -561,6 +653,51 @@ _MATCHERS: tuple[tuple[str, str, Callable[[ir.Node, int], _Match]], ...] = (
 )
 
 
+_SMALL_TENSOR_BYTES = 4096  # initializers shape inference may need the values of (shape targets, axes)
+
+
+def _annotate_inferred_shapes(model: ir.Model) -> list[ir.Value]:
+    """Give values without a shape the one ONNX shape inference finds (TorchScript exports carry no
+    value_info; the matchers need ranks, and C, to prove what they fuse). Returns the values
+    annotated, so that the annotations can be taken away again; nothing else changes."""
+    import onnx
+
+    graph = model.graph
+    try:
+        proto = ir.serde.serialize_model(model)
+        for tensor in proto.graph.initializer:
+            if len(tensor.raw_data) > _SMALL_TENSOR_BYTES:
+                tensor.ClearField("raw_data")  # dims are all shape inference reads of large weights
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # inference is a help, never a requirement (e.g. a model over 2 GB in memory)
+        return []
+    shapes = {}
+    for vi in inferred.graph.value_info:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = (t.elem_type, [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                             for d in t.shape.dim])
+    annotated = []
+    for node in graph:
+        for value in node.outputs:
+            if value.shape is None and value.name in shapes:
+                elem, dims = shapes[value.name]
+                value.shape = ir.Shape(dims)
+                if value.type is None and elem:
+                    value.type = ir.TensorType(ir.DataType(elem))
+                    annotated.append((value, True))
+                else:
+                    annotated.append((value, False))
+    return annotated
+
+
+def _remove_annotations(annotated) -> None:
+    for value, typed in annotated:
+        value.shape = None
+        if typed:
+            value.type = None
+
+
 def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[int, int], None] | None = None) -> FusionReport:
     """Fuse every GroupNorm(+SiLU) subgraph of `model`'s main graph in place; return the report.
 
@@ -575,6 +712,19 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
             f"{onnx_node.MIN_FUNCTION_OPSET}",
             "upgrade the model's opset (onnx.version_converter) or write bare nodes (--bare)")
     namer = _Namer(graph)
+    annotated = _annotate_inferred_shapes(model)
+    try:
+        _fuse_graph(graph, opset, report, namer, progress)
+    finally:
+        _remove_annotations(annotated)
+    if report.fused:
+        model.opset_imports[spec.ONNX_DOMAIN] = 1
+        if function:
+            attach_function(model)
+    return report
+
+
+def _fuse_graph(graph: ir.Graph, opset: int, report: FusionReport, namer: _Namer, progress) -> None:
     anchors = [(n, pat, fn) for n in graph for op, pat, fn in _MATCHERS if n.op_type == op and n.domain in ("", "ai.onnx")]
     for i, (node, pattern, matcher) in enumerate(anchors):
         if progress is not None:
@@ -594,11 +744,6 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
         report.fused.append(FusedGroupNorm(name, match.pattern, match.channels, match.num_groups, match.epsilon, activation))
     if progress is not None:
         progress(len(anchors), len(anchors))
-    if report.fused:
-        model.opset_imports[spec.ONNX_DOMAIN] = 1
-        if function:
-            attach_function(model)
-    return report
 
 
 def attach_function(model: ir.Model) -> None:
