@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 import traceback
 
 from .. import errors
@@ -33,38 +35,71 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         module.register(subparsers)
-    for name, sub in subparsers.choices.items():
+    for sub in subparsers.choices.values():
         if not any("--debug" in action.option_strings for action in sub._actions):
             sub.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
 
 
 def _command(argv: list[str]) -> str:
     return next((a for a in argv if a in SUBCOMMAND_MODULES), "")
 
 
+class _Interrupts:
+    """Ctrl-C raises KeyboardInterrupt as usual and is remembered: libraries that catch it and raise
+    something else (torch's fake tensors turn it into a TypeError) still end as an interrupt."""
+
+    def __init__(self):
+        self.seen = False
+
+    def __call__(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = f"trt-gn {_command(argv)}".strip()
     debug = "--debug" in argv
+    interrupts = _Interrupts()
+    interrupts.install()
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # reported by the subcommand's parser, so the line names the subcommand
+            _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args) or 0)
     except errors.Error as exc:
         code, message, hint = exc.exit_code, exc.message, exc.hint
     except KeyboardInterrupt:
         code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
-    except OSError as exc:  # a file the OS refused (read or write): name it
-        where = f"{exc.filename}: " if exc.filename else ""
-        code, message = errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}"
-        hint = "nothing was written; rerun with --debug for the full traceback"
-    except Exception as exc:  # never a bare traceback: one line, the traceback behind --debug
-        code, message = errors.EXIT_FAILED, f"{type(exc).__name__}: {errors.first_line(exc)}"
-        hint = "nothing was written; rerun with --debug for the full traceback"
+    except Exception as exc:
+        if not interrupts.seen:
+            code, message, hint = _unexpected(exc)
+        else:
+            code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
     if debug:
         traceback.print_exc()
     print_error(prog, message, hint)
     return code
+
+
+def _unexpected(exc: Exception) -> tuple[int, str, str]:
+    """(exit code, message, hint) of an exception that is no trt_gn.errors.Error."""
+    hint = "nothing was written; rerun with --debug for the full traceback"
+    if isinstance(exc, OSError):  # a file the OS refused (read or write): name it
+        where = f"{exc.filename}: " if exc.filename else ""
+        return errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}", hint
+    # never a bare traceback: one line, the traceback behind --debug
+    return errors.EXIT_FAILED, f"{type(exc).__name__}: {errors.first_line(exc)}", hint
 
 
 if __name__ == "__main__":

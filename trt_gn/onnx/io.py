@@ -215,11 +215,14 @@ def save_model(model: ir.Model, output: str | os.PathLike, *, external_data: boo
     with fileio.staging_folder(parent, output.name) as stage:
         staged = stage / output.name
         if data_name:
-            ir.save(model, staged, external_data=data_name)
-            # A new name: publishing the data replaces nothing; the model file still points at the old.
-            fileio.publish_file(stage / data_name, parent / data_name)
+            ir.save(model, staged, external_data=data_name)  # tensors under 256 bytes stay inline
+            if (stage / data_name).resolve() not in _referenced_files(staged):
+                data_name = None  # nothing went to it
         else:
             ir.save(model, staged)
+        if data_name:
+            # A new name: publishing the data replaces nothing; the model file still points at the old.
+            fileio.publish_file(stage / data_name, parent / data_name)
         try:
             fileio.publish_file(staged, output)  # the one step that publishes model and data
         except BaseException:

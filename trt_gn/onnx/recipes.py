@@ -145,6 +145,11 @@ def _examples(keys: list[str]) -> str:
 def _load_state_dict(path: Path) -> dict:
     if not path.is_file():
         raise WeightsError(f"{path}: no such weights file or folder")
+    if path.suffix != ".safetensors":
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save writes a zip file (or, older, a pickle)
+            raise WeightsError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
