@@ -109,14 +109,14 @@ def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     import torch
 
     from . import _lib
-    from .ops import _ABI_DTYPE
+    from .ops import ABI_DTYPE
 
     params = _lib.Params(
         x=x.data_ptr(), y=y.data_ptr(), n=shape.n, c=shape.c, h=shape.h, w=shape.w,
         num_groups=shape.groups, channel_stride=shape.c,
         layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
-        dtype=_ABI_DTYPE[x.dtype], activation=_lib.Activation.SILU, epsilon=shape.eps,
-        gamma=weight.data_ptr(), beta=bias.data_ptr(), affine_dtype=_ABI_DTYPE[weight.dtype],
+        dtype=ABI_DTYPE[x.dtype], activation=_lib.Activation.SILU, epsilon=shape.eps,
+        gamma=weight.data_ptr(), beta=bias.data_ptr(), affine_dtype=ABI_DTYPE[weight.dtype],
     )
     nbytes = _lib.workspace_size(params)
     workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)

@@ -21,6 +21,7 @@ OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME}"
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
+ABI_DTYPE = _ABI_DTYPE  # the public name (trt_gn.bench, the GPU tests)
 
 
 def check_inputs(x, weight, bias, num_groups, eps, activation) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trt_gn import _lib
-from trt_gn.ops import _ABI_DTYPE
+from trt_gn.ops import ABI_DTYPE
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
 GPU = [pytest.mark.gpu, requires_cuda]
@@ -29,10 +29,10 @@ def params_for(x, y, weight, bias, groups, eps, activation, layout, channel_stri
         x=x.data_ptr(), y=y.data_ptr(), n=n, c=c, h=h, w=w, num_groups=groups,
         channel_stride=c if channel_stride is None else channel_stride,
         layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
-        dtype=_ABI_DTYPE[x.dtype], activation=_lib.ACTIVATION_BY_NAME[activation], epsilon=eps,
+        dtype=ABI_DTYPE[x.dtype], activation=_lib.ACTIVATION_BY_NAME[activation], epsilon=eps,
         gamma=weight.data_ptr() if weight is not None else None,
         beta=bias.data_ptr() if bias is not None else None,
-        affine_dtype=_ABI_DTYPE[affine_dtype],
+        affine_dtype=ABI_DTYPE[affine_dtype],
     )
 
 

@@ -14,7 +14,10 @@ EPILOG = """examples:
 
 Weights are random and seeded unless --weights names a local diffusers folder or a state-dict file
 (no download). Batch, height and width are dynamic inputs. The file carries the op's model-local
-function (onnxruntime runs it; TensorRT >= 10.7 uses the plugin); --bare leaves it out."""
+function (onnxruntime runs it; TensorRT >= 10.7 uses the plugin); --bare leaves it out.
+
+exit codes: 0 written; 1 the export failed; 2 bad arguments or input; 3 diffusers missing;
+130 interrupted (nothing written)."""
 
 
 def register(subparsers) -> None:

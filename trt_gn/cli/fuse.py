@@ -13,7 +13,9 @@ EPILOG = """examples:
 
 The input is never modified; the output is written atomically. --bare writes the custom node
 without its model-local function: TensorRT 9.0-10.6 would otherwise import the function's
-standard-op body instead of the plugin, but onnxruntime cannot run a bare node."""
+standard-op body instead of the plugin, but onnxruntime cannot run a bare node.
+
+exit codes: 0 written; 1 a write failed; 2 bad arguments or input; 130 interrupted (nothing written)."""
 
 
 def register(subparsers) -> None:

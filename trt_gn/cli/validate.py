@@ -16,7 +16,9 @@ Symbolic input dims take values from --dims: name=value, where name is one of th
 4-D inputs), or * (every dim not named otherwise); a name the model does not have is an error.
 Without --dims: batch 1 with 16x16 latents, then batch 2 with 32x32 (other dims 8).
 onnxruntime runs on the CPU, and on CUDA where its CUDA execution provider exists. --tensorrt adds
-`polygraphy run --trt --onnxrt` on the fused model where TensorRT and a GPU exist (else: SKIP)."""
+`polygraphy run --trt --onnxrt` on the fused model where TensorRT and a GPU exist (else: SKIP).
+
+exit codes: 0 every comparison passed; 1 one failed; 2 bad arguments or input; 130 interrupted."""
 
 
 def _dims(text: str) -> dict[str, int]:
