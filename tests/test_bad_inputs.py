@@ -279,6 +279,11 @@ CLI_CASES = {
     # bench
     "bench-replays": Case(["bench", "--replays", "1", "--out", "b"], _everything, BAD,
                           "trt-gn bench: error: --replays must be >= 30, got 1"),
+    "bench-out-is-a-file": Case(["bench", "--out", "blocker"], _everything, BAD,
+                                "trt-gn bench: error: --out blocker: exists and is not a folder"),
+    "bench-out-in-proc": Case(["bench", "--out", "/proc/bench-out"], _everything, BAD,
+                              "trt-gn bench: error: --out /proc/bench-out: /proc is not writable "
+                              "(No such file or directory)"),
     "bench-no-gpu": Case(["bench", "--out", "b"], _everything, MISSING,
                          "trt-gn bench: error: no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() "
                          "is False)", needs="no-gpu"),

@@ -50,7 +50,19 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..bench import main
+    from pathlib import Path
 
+    from .. import fileio
+    from ..bench import main
+    from ..errors import Error
+
+    # The output folder is written after minutes of timing: check first that it can be.
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise Error(f"--out {out}: exists and is not a folder", "choose another --out")
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    problem = fileio.writable_folder_problem(existing)
+    if problem:
+        raise Error(f"--out {out}: {existing} {problem}", "choose a writable --out")
     main(args.shapes, args.dtypes, args.layouts, args.replays, args.out, args.rounds)  # BenchError: trt_gn.cli.main
     return 0
