@@ -3,16 +3,19 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [sanitize] [plugin] [arch80] [bench] [vae] [floor] [pipeline] [profile]
+#   bash scripts/gpu_check.sh [tests] [fuzz] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile]
 #
-# Without stages it runs tests, sanitize, plugin, arch80, bench and vae.
+# Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
+# fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
+# ab: scripts/ab_kernels.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
+# the working tree, on the shape list (AB_ARGS adds options).
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-stages=${*:-tests sanitize plugin arch80 bench vae}
+stages=${*:-tests fuzz sanitize plugin arch80 bench vae}
 export PYTHONUNBUFFERED=1
 
 if compgen -G ".whl/*.whl" >/dev/null; then
@@ -36,12 +39,21 @@ for s in $stages; do
   echo "=== $s"
   case $s in
     tests)
-      timeout 420 python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
-    sanitize)
-      for tool in memcheck racecheck; do
-        timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py \
-          >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -3 "$OUT/sanitize-$tool.log"
+      timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
+    fuzz)
+      for seed in ${FUZZ_SEEDS:-1 2 3}; do
+        timeout 300 python3 -m trt_gn.fuzz --cases ${FUZZ_CASES:-10000} --seed $seed --quiet >"$OUT/fuzz-$seed.log" 2>&1 \
+          || rc=1
+        echo "fuzz seed $seed:"; grep -vE "^\|---" "$OUT/fuzz-$seed.log" | tail -34
       done ;;
+    sanitize)
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu/sanitize_cases.py ${SANITIZE_ARGS:-} \
+          >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -2 "$OUT/sanitize-$tool.log"
+      done ;;
+    ab)
+      timeout 540 python3 scripts/ab_kernels.py --variant old=${AB_OLD:?AB_OLD names the old variant} --variant new=. \
+          --out "$OUT/ab" ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -50 || rc=1 ;;
     plugin)
       (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1
       if [ -x build-gpu/plugin/trt_gn_plugin_conformance ]; then
@@ -65,7 +77,9 @@ for s in $stages; do
       # What a single pass costs next to trt_gn (plugin_src/tools/floor_probe.cu).
       timeout 120 build-gpu/trt_gn_floor_probe 2>&1 | tee "$OUT/floor.log" || rc=1 ;;
     bench)
-      timeout 400 python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
+      # With the torch.compile variants (a compile each per shape, dtype and layout) the whole list in
+      # both dtypes may take longer than one call of the device machine: BENCH_ARGS="--dtypes fp16", then bf16.
+      timeout ${BENCH_TIMEOUT:-540} python3 -m trt_gn.cli bench --out "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || rc=1 ;;
     profile)
       timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} -k regex:gn --csv --page raw \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
@@ -97,7 +111,8 @@ PY
       ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
       ls -la "$OUT" ;;
     vae)
-      [ -f export/bench_vae_decode.py ] && timeout 300 python3 export/bench_vae_decode.py 2>&1 | tee "$OUT/vae.log" | tail -15 ;;
+      timeout ${VAE_TIMEOUT:-420} python3 export/bench_vae_decode.py --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
+        | tee "$OUT/vae.log" | tail -40 || rc=1 ;;
   esac
 done
 exit $rc

@@ -9,15 +9,20 @@ import subprocess
 import pytest
 import torch
 
-from trt_gn import bench
+from trt_gn import bench, compile_check
 from trt_gn.cli import SUBCOMMAND_MODULES, build_parser, main
 from trt_gn.shapes import SHAPES, select_shapes
 
 
 def test_shape_list_is_the_issues():
-    assert len(SHAPES) == 10
-    assert [s.size for s in SHAPES][-1] == (1, 128, 512, 512)
+    assert len(SHAPES) == 13
+    assert [s.size for s in SHAPES][9] == (1, 128, 512, 512)
+    # the SDXL VAE decoder at 1024x1024
+    sdxl = select_shapes(["sdxl-vae-dec-512x256", "sdxl-vae-dec-256x1024", "sdxl-vae-dec-128x1024"])
+    assert [s.size for s in sdxl] == [(1, 512, 256, 256), (1, 256, 1024, 1024), (1, 128, 1024, 1024)]
+    assert all(s.groups == 32 and s.eps == 1e-6 for s in sdxl) and list(SHAPES[-3:]) == sdxl
     assert all(s.c % s.groups == 0 for s in SHAPES)
+    assert len({s.name for s in SHAPES}) == len(SHAPES)
     assert select_shapes(["vae-dec-256x512"])[0].eps == 1e-6
     with pytest.raises(ValueError, match="unknown shape\\(s\\) nope; known: sd15-unet-320x64"):
         select_shapes(["nope"])
@@ -29,6 +34,8 @@ def test_every_subcommand_module_registers():
     assert "bench" in SUBCOMMAND_MODULES and len(commands) >= len(SUBCOMMAND_MODULES)
     args = parser.parse_args(["bench", "--replays", "40", "--dtypes", "bf16", "--layouts", "nhwc"])
     assert callable(args.func) and args.replays == 40 and args.dtypes == ["bf16"] and args.layouts == ["nhwc"]
+    assert args.compile is True  # the torch.compile variants by default
+    assert parser.parse_args(["bench", "--no-compile"]).compile is False
 
 
 def test_bench_without_gpu_is_one_clear_line(capsys, tmp_path):
@@ -141,3 +148,182 @@ def test_console_script():
         pytest.skip("trt-gn console script not installed (pip install .)")
     out = subprocess.run([exe, "--help"], capture_output=True, text=True, check=True).stdout
     assert "bench" in out
+
+
+def _peer_rows(times: dict[str, float], shape=SHAPES[7], dtype="fp16"):
+    meta = dict(shape=shape.name, n=shape.n, c=shape.c, h=shape.h, w=shape.w, groups=shape.groups,
+                eps=shape.eps, dtype=dtype)
+    rows = []
+    for impl, us in times.items():
+        errs = {}
+        if impl in bench.OURS.values():
+            errs = dict(max_abs_err=1e-3, max_rel_err=2e-3)
+        elif impl in bench.PEERS:
+            errs = dict(max_abs_err=4e-3, max_rel_err=5e-3)
+        rows.append(bench.Row(**meta, impl=impl, us_per_launch=us, ratio_to_copy=us / times[bench.COPY], **errs))
+    return rows
+
+
+ALL_IMPLS = {bench.COPY: 6.0, bench.OURS["nhwc"]: 12.0, bench.OURS["nchw"]: 15.0, bench.TORCH["nchw"]: 247.0,
+             bench.TORCH["nhwc"]: 233.0, bench.COMPILED["nchw"]: 19.8, bench.COMPILED["nhwc"]: 18.0}
+
+
+def test_best_peer_is_the_fastest_pytorch_variant():
+    rows = _peer_rows(ALL_IMPLS)
+    by_impl = {r.impl: r for r in rows}
+    assert bench.best_peer(by_impl) == (bench.COMPILED["nhwc"], 18.0)
+    # trt_gn and the copy are never the peer, however fast
+    assert bench.best_peer({i: r for i, r in by_impl.items() if i not in bench.PEERS}) is None
+    eager_only = {i: r for i, r in by_impl.items() if i not in bench.COMPILED.values()}
+    assert bench.best_peer(eager_only) == (bench.TORCH["nhwc"], 233.0)
+    bench.annotate_best_peer(rows)
+    assert by_impl[bench.OURS["nhwc"]].best_peer == bench.COMPILED["nhwc"]
+    assert by_impl[bench.OURS["nhwc"]].speedup_vs_best_peer == pytest.approx(1.5)
+    assert by_impl[bench.OURS["nchw"]].speedup_vs_best_peer == pytest.approx(1.2)
+    assert all(r.best_peer is None and r.speedup_vs_best_peer is None for r in rows if r.impl not in bench.OURS.values())
+
+
+def test_table_csv_and_plot_with_the_compiled_variants(tmp_path):
+    rows = _peer_rows(ALL_IMPLS) + _peer_rows({**ALL_IMPLS, bench.TORCH["nchw"]: 17.0}, dtype="bf16")
+    bench.annotate_best_peer(rows)
+    from rich.console import Console
+
+    console = Console(width=400, record=True)
+    console.print(bench.render_table(rows))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "shape" in line and "dtype" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == [
+        "shape", "dtype", "copy", "trt_gn NHWC", "trt_gn NCHW", "torch NCHW", "torch channels_last",
+        "torch.compile NCHW", "torch.compile channels_last", "best peer", "speedup vs best (NHWC / NCHW)",
+        "max abs / rel err", "torch max abs / rel err"]
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "vae-dec-512x128" in line]
+    assert cells[0][2:] == ["6.0", "12.0 (2.00x)", "15.0 (2.50x)", "247.0 (41.17x)", "233.0 (38.83x)",
+                            "19.8 (3.30x)", "18.0 (3.00x)", "compile cl", "1.50x / 1.20x",
+                            "1.00e-03 / 2.00e-03", "4.00e-03 / 5.00e-03"]
+    assert cells[1][9:11] == ["eager NCHW", "1.42x / 1.13x"]  # an eager variant the fastest this time
+
+    bench.write_csv(rows, tmp_path / "bench.csv")
+    with open(tmp_path / "bench.csv") as f:
+        read = list(csv.DictReader(f))
+    # the existing columns first, in their order, the new ones after them
+    assert list(read[0])[:14] == ["shape", "n", "c", "h", "w", "groups", "eps", "dtype", "impl", "us_per_launch",
+                                  "ratio_to_copy", "max_abs_err", "max_rel_err", "round_spread"]
+    assert list(read[0])[14:] == ["best_peer", "speedup_vs_best_peer"]
+    nhwc = next(r for r in read if r["impl"] == "trt_gn NHWC" and r["dtype"] == "fp16")
+    assert nhwc["best_peer"] == "torch.compile channels_last" and float(nhwc["speedup_vs_best_peer"]) == 1.5
+    compiled = next(r for r in read if r["impl"] == "torch.compile NCHW")
+    assert compiled["best_peer"] == "" and float(compiled["max_abs_err"]) == 4e-3
+
+    shapes, series = bench.plot_series(rows, "bf16")
+    assert shapes == ["vae-dec-512x128"]
+    assert list(series) == ["trt_gn NHWC", "trt_gn NCHW", "torch NCHW", "torch channels_last", "torch.compile NCHW",
+                            "torch.compile channels_last", bench.BEST_PEER]
+    assert series[bench.BEST_PEER] == pytest.approx([17.0 / 6.0])
+    assert bench.plot_series(rows, "fp16")[1][bench.BEST_PEER] == pytest.approx([3.0])
+    pytest.importorskip("matplotlib")
+    bench.write_plot(rows, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_without_peers_has_no_peer_columns():
+    rows = _peer_rows({bench.COPY: 6.0, bench.OURS["nhwc"]: 12.0})
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(bench.render_table(rows))
+    text = console.export_text()
+    assert "best peer" not in text and "torch max abs" not in text and "12.0 (2.00x)" in text
+    assert bench.plot_series(rows, "fp16")[1] == {"trt_gn NHWC": [2.0]}
+
+
+def test_compile_summary():
+    log = [("a", "fp16", bench.COMPILED["nchw"], 1, 4.4), ("a", "fp16", bench.COMPILED["nhwc"], 1, 3.0)]
+    assert bench.compile_summary(log) == (
+        "torch.compile (inductor): 2 variant(s) compiled before timing, 1 graph(s) each, none ran eager or compiled "
+        "again while timed; 7 s compiling (not in the times)")
+
+
+def _gn(x, groups):
+    return torch.nn.functional.group_norm(x, groups)
+
+
+def test_checked_compile_catches_an_eager_fallback():
+    """Past dynamo's recompile limit a function runs eager without an error (fullgraph off); the check
+    must say so, and raised_recompile_limits() must keep many shapes compiled."""
+    torch._dynamo.reset()
+    try:
+        cfg = torch._dynamo.config
+        limit = compile_check._first_existing(cfg, ("recompile_limit", "cache_size_limit"))
+        fail = compile_check._first_existing(cfg, ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"))
+        with cfg.patch({limit: 2, fail: False}):
+            for w in (4, 5):
+                fn = compile_check.CheckedCompile(_gn, f"w{w}", backend="eager", fullgraph=False)
+                fn.first_call(torch.randn(1, 8, 4, w), 4)
+                assert fn.graphs == 1
+            fn = compile_check.CheckedCompile(_gn, "w6", backend="eager", fullgraph=False)
+            with pytest.raises(compile_check.CompileFallbackError, match="w6: torch.compile compiled no graph, so the "
+                               "call ran eager"):
+                fn.first_call(torch.randn(1, 8, 4, 6), 4)
+            with pytest.raises(compile_check.CompileFallbackError, match="called before first_call"):
+                fn.check_settled()
+        torch._dynamo.reset()
+        # 12 shapes of one function, past the default limit of 8: each compiles
+        with compile_check.raised_recompile_limits():
+            assert getattr(cfg, fail) is True and getattr(cfg, limit) == compile_check.RECOMPILE_LIMIT
+            for w in range(1, 13):
+                fn = compile_check.CheckedCompile(_gn, f"w{w}", backend="eager", fullgraph=False)
+                y = fn.first_call(torch.randn(1, 8, 3, w), 4)
+                assert fn.graphs == 1 and y.shape == (1, 8, 3, w)
+                fn(torch.randn(1, 8, 3, w), 4)
+                fn.check_settled()
+                # a new shape compiles again: the check sees it
+                fn(torch.randn(1, 8, 3, w + 20), 4)
+                with pytest.raises(compile_check.CompileFallbackError, match="compiled 1 more graph"):
+                    fn.check_settled()
+        # within the raised limits, reaching one is an error, not an eager run
+        torch._dynamo.reset()
+        with compile_check.raised_recompile_limits(limit=1):
+            compile_check.CheckedCompile(_gn, "a", backend="eager", fullgraph=False).first_call(torch.randn(1, 8, 2, 2), 4)
+            with pytest.raises(compile_check.CompileFallbackError, match="b: torch.compile failed"):
+                compile_check.CheckedCompile(_gn, "b", backend="eager", fullgraph=False).first_call(
+                    torch.randn(1, 8, 2, 3), 4)
+    finally:
+        torch._dynamo.reset()
+
+
+def test_checked_compile_reports_graph_breaks_and_failures():
+    def breaks(x):
+        y = x + 1
+        torch._dynamo.graph_break()
+        return y * 2
+
+    torch._dynamo.reset()
+    try:
+        with compile_check.raised_recompile_limits():
+            fn = compile_check.CheckedCompile(breaks, "breaks", backend="eager", fullgraph=False)
+            assert torch.equal(fn.first_call(torch.ones(3)), torch.full((3,), 4.0))
+            assert fn.graphs == 2 and fn.graph_breaks >= 1
+            strict = compile_check.CheckedCompile(breaks, "strict", backend="eager", fullgraph=True)
+            with pytest.raises(compile_check.CompileFallbackError, match="strict: torch.compile failed"):
+                strict.first_call(torch.ones(3))
+    finally:
+        torch._dynamo.reset()
+
+
+def test_compiled_group_norm_act_inductor_on_cpu():
+    """The benchmark's compiled peer, through Inductor (here on the CPU), against the float64 reference."""
+    from trt_gn.reference import assert_close, group_norm_act_reference
+
+    torch._dynamo.reset()
+    try:
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 64, 6, 5, generator=g).contiguous(memory_format=torch.channels_last)
+        weight, bias = 1 + 0.1 * torch.randn(64, generator=g), 0.1 * torch.randn(64, generator=g)
+        with compile_check.raised_recompile_limits():
+            fn = bench.compile_group_norm_act(x, weight, bias, 32, 1e-5, "cpu fp32 channels_last")
+            y = fn(x, weight, bias, 32, 1e-5)
+            fn.check_settled()
+        assert fn.graphs == 1 and fn.graph_breaks == 0 and fn.compile_s > 0
+        assert_close(y, group_norm_act_reference(x, weight, bias, 32, 1e-5, "silu"), torch.float32)
+    finally:
+        torch._dynamo.reset()

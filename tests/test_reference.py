@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,47 +73,88 @@ def test_reference_rejects_bad_arguments():
         group_norm_act_reference(torch.zeros(1, 6, 2, 2), None, None, 3, 1e-5, "gelu")
 
 
-def test_tolerance_is_two_ulps_of_the_output_dtype():
-    ref = torch.tensor([8.5, 1.0, 1000.0, 0.0], dtype=torch.float64)
-    bf = tolerance(ref, torch.bfloat16)
-    assert bf[0].item() == pytest.approx(2 * 0.0625 + 1e-6)  # bf16 values near 8 are 0.0625 apart
-    assert bf[1].item() == pytest.approx(2 * 2**-7 + 1e-6)
-    half = tolerance(ref, torch.float16)
-    assert half[2].item() == pytest.approx(2 * 0.5 + 1e-6)
-    assert half[3].item() == pytest.approx(2 * 2**-24 + 1e-6)
-    f32 = tolerance(ref, torch.float32)
-    assert f32[1].item() == pytest.approx(1e-5 + 1e-6)
+def test_tolerance_is_half_an_ulp_plus_the_error_terms():
+    values = torch.tensor([8.5, 1.0, 1000.0, 0.0], dtype=torch.float64)
+    terms = torch.tensor([0.0, 0.0, 0.0, 1e-6], dtype=torch.float64)
+    bf = tolerance((values, terms), torch.bfloat16)
+    assert bf[0].item() == 0.5 * 0.0625  # bf16 values near 8 are 0.0625 apart
+    assert bf[1].item() == 0.5 * 2**-7
+    half = tolerance((values, terms), torch.float16)
+    assert half[2].item() == 0.5 * 0.5
+    assert half[3].item() == pytest.approx(1e-6 + 0.5 * 2**-24)  # at |y| + terms: fp16's subnormal spacing
+    assert torch.equal(tolerance((values, terms), torch.float32), terms)
+    with pytest.raises(ValueError, match="carries no error terms"):
+        tolerance(values, torch.float32)
+
+
+def test_error_terms_follow_the_analysis():
+    # One group [a, b] of 2 elements: xh = -1, 1 (the first element -1), gamma 2, beta 0.5.
+    x = torch.tensor([3.0, 5.0], dtype=torch.float64).reshape(1, 1, 2, 1)
+    w = torch.tensor([2.0], dtype=torch.float64)
+    b = torch.tensor([0.5], dtype=torch.float64)
+    ref = group_norm_act_reference(x, w, b, 1, 0.0, "none")
+    u = 2.0**-24
+    c_rstd = 3 + 40 * (2 + 1)
+    expected = u * (c_rstd * 2.0 + 80 * 2 * 2.0 + 3 * 0.5) + 2.0**-126
+    assert ref.flatten().tolist() == [-1.5, 2.5]
+    assert ref.trtgn_error[0, 0, 0, 0].item() == pytest.approx(expected + 1.5 * 2.0**-62, rel=1e-12)
+    silu = group_norm_act_reference(x, w, b, 1, 0.0, "silu")
+    y1 = 2.5 / (1 + math.exp(-2.5))
+    assert silu[0, 0, 1, 0].item() == pytest.approx(y1, rel=1e-12)
+    assert silu.trtgn_error[0, 0, 1, 0].item() == pytest.approx(
+        1.1 * (expected - 2.0**-126) + u * (4 + 2.5) * y1 + 2.5 * 2.0**-62 + 2.0**-126, rel=1e-12)
+
+
+def test_tolerance_near_cancellation_and_against_gross_errors():
+    # Inputs of mean -50: outputs near zero keep the error of the terms that cancelled there
+    # (xh * gamma against beta), while a gross error (the NHWC two-pass failure: 2448 for 6.99)
+    # stays orders of magnitude out.
+    torch.manual_seed(3)
+    x = (torch.randn(2, 64, 6, 5, dtype=torch.float64) - 50).float()
+    w = 1 + 0.25 * torch.randn(64)
+    b = 0.5 * torch.randn(64)
+    ref = group_norm_act_reference(x, w, b, 8, 1e-5, "silu")
+    tol = tolerance(ref, torch.float32)
+    near_zero = ref.abs() < 1e-3
+    assert bool(near_zero.any())
+    assert bool((tol[near_zero] > 1e-6).all())  # not a bound relative to |y|
+    assert float(tol.max()) < 1e-3
+    off = ref.float().clone()
+    off[0, 0, 0, 0] = 2448.0
+    with pytest.raises(AssertionError, match="1 of 3840 elements out of tolerance"):
+        assert_close(off, ref)
 
 
 def test_assert_close_accepts_rounding_and_rejects_more():
-    ref = torch.linspace(-6, 6, 1001, dtype=torch.float64)
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        assert_close(ref.to(dtype), ref, dtype)
-    bf = ref.to(torch.bfloat16)
+    values = torch.linspace(-6, 6, 1001, dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16):
+        assert_close(values.to(dtype), (values, torch.zeros_like(values)), dtype)  # round to nearest: 1/2 ulp
+    assert_close(values.float(), (values, 2.0**-24 * values.abs()))
+    bf = values.to(torch.bfloat16)
     off = bf.clone()
     off[800] = (bf[800].double() + 4 * 2**-6).to(torch.bfloat16)  # 4 ulp at 3.6 (bf16 spacing 2**-6)
-    off[200] = (bf[200].double() + 2**-6).to(torch.bfloat16)  # 1 ulp: accepted
     with pytest.raises(AssertionError, match="1 of 1001 elements out of tolerance"):
-        assert_close(off, ref, torch.bfloat16)
-    f32 = ref.float().clone()
+        assert_close(off, (values, torch.zeros_like(values)), torch.bfloat16)
+    f32 = values.float().clone()
     f32[10] *= 1 + 5e-5
     with pytest.raises(AssertionError, match="max rel err"):
-        assert_close(f32, ref)
+        assert_close(f32, (values, 1e-5 * values.abs()))
 
 
 def test_assert_close_nan_and_inf_positions():
-    ref = torch.tensor([1.0, float("nan"), float("inf"), -2.0], dtype=torch.float64)
-    assert_close(ref.half(), ref)
-    out = ref.clone()
+    values = torch.tensor([1.0, float("nan"), float("inf"), -2.0], dtype=torch.float64)
+    ref = (values, torch.zeros_like(values))
+    assert_close(values.half(), ref)
+    out = values.clone()
     out[0] = float("nan")
     with pytest.raises(AssertionError, match="NaN positions differ: 1 unexpected NaN, 0 missing NaN"):
         assert_close(out.half(), ref)
-    out = ref.clone()
+    out = values.clone()
     out[2] = -float("inf")
     with pytest.raises(AssertionError, match="Inf positions"):
         assert_close(out.half(), ref)
     with pytest.raises(AssertionError, match="shape"):
-        assert_close(ref[:2].half(), ref)
+        assert_close(values[:2].half(), ref)
 
 
 def test_max_errors():

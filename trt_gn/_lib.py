@@ -20,7 +20,10 @@ from pathlib import Path
 
 from . import spec
 
-ABI_VERSION = 2  # TRTGN_ABI_VERSION this binding mirrors
+ABI_VERSION = 3  # TRTGN_ABI_VERSION this binding mirrors
+# Versions only add functions: a library of an older one back to this loads, without the newer calls
+# (scripts/ab_kernels.py times earlier revisions through this binding).
+MIN_ABI_VERSION = 2
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
 PLUGIN_LIBRARY_ENV = "TRT_GN_PLUGIN_LIBRARY"
@@ -184,10 +187,13 @@ def load() -> ctypes.CDLL:
         lib.trtgn_abi_version.argtypes = []
         lib.trtgn_abi_version.restype = ctypes.c_int
         version = lib.trtgn_abi_version()
-        if version != ABI_VERSION:
+        if not MIN_ABI_VERSION <= version <= ABI_VERSION:
             raise ImportError(
                 f"{path} has ABI version {version}, this trt_gn expects {ABI_VERSION}: rebuild the library"
             )
+        if version >= 3:
+            lib.trtgn_describe_plan.argtypes = [params_p, ctypes.c_char_p, ctypes.c_size_t]
+            lib.trtgn_describe_plan.restype = ctypes.c_int
         lib.trtgn_kernels_ptx_arch.argtypes = [ctypes.POINTER(ctypes.c_int)]
         lib.trtgn_kernels_ptx_arch.restype = ctypes.c_int
         lib.trtgn_path = str(path)
@@ -259,3 +265,27 @@ def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stre
     workspace_size() is 0. Raises TrtGnError with the library's status and message.
     """
     _check(load().trtgn_group_norm(ctypes.byref(params), workspace or None, int(workspace_bytes), stream or None))
+
+
+# Values of trtgn_describe_plan()'s "path" key.
+PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
+_PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk")
+
+
+def describe_plan(params: Params) -> dict:
+    """The plan trtgn_group_norm() would run for `params` on the current device, launching nothing.
+
+    A dict of trtgn_describe_plan()'s keys: "path" (one of PATHS, or "none" for an empty tensor),
+    "kernel", "partials" as strings, the others as ints. Raises TrtGnError on bad params or where
+    the library predates ABI 3.
+    """
+    lib = load()
+    if lib.trtgn_abi_version() < 3:
+        raise TrtGnError(Status.NOT_SUPPORTED, f"{lib.trtgn_path} predates trtgn_describe_plan (ABI 3)")
+    buf = ctypes.create_string_buffer(512)
+    _check(lib.trtgn_describe_plan(ctypes.byref(params), buf, len(buf)))
+    plan: dict = {}
+    for item in buf.value.decode("ascii").split():
+        key, _, value = item.partition("=")
+        plan[key] = int(value) if key in _PLAN_INTS else value
+    return plan

@@ -1,4 +1,5 @@
-"""Benchmark: the trt_gn kernels vs torch eager GroupNorm+SiLU vs a device copy of the same tensor.
+"""Benchmark: the trt_gn kernels vs PyTorch GroupNorm+SiLU (eager and torch.compile with Inductor, NCHW
+and channels_last) vs a device copy of the same tensor.
 
 Each variant is timed as LAUNCHES launches captured once in a CUDA graph; the graph is replayed
 (after warm-up) at least 30 times with CUDA events around each replay; the time per launch is the
@@ -10,6 +11,11 @@ Each (shape, dtype) is timed in ROUNDS rounds, every variant once a round in tur
 keeps its fastest round: a GPU disturbed for a second or two (clocks, a neighbour) then slows one
 round, not the reported time or the copy every ratio divides by. Where a variant's rounds differ by
 more than UNSTEADY, the table marks it.
+
+The compiled variants are compiled once per (shape, dtype, layout), before any timing, with dynamo's
+recompile limits raised; each is checked to have compiled one graph and to compile nothing more
+while it is timed (trt_gn.compile_check), so no cell reports eager PyTorch under a compiled name.
+The best peer of a (shape, dtype) is the fastest PyTorch variant in the table.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import csv
 import io
 import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,6 +48,8 @@ L2_NOTE = (
 COPY = "copy"
 OURS = {"nhwc": "trt_gn NHWC", "nchw": "trt_gn NCHW"}
 TORCH = {"nchw": "torch NCHW", "nhwc": "torch channels_last"}
+COMPILED = {"nchw": "torch.compile NCHW", "nhwc": "torch.compile channels_last"}
+PEERS = (*TORCH.values(), *COMPILED.values())  # the PyTorch variants, among which the best peer is
 
 
 class BenchError(Error, RuntimeError):
@@ -63,6 +72,8 @@ class Row:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     round_spread: float | None = None  # slowest round / fastest round - 1
+    best_peer: str | None = None  # trt_gn rows: the fastest PyTorch variant of this (shape, dtype)
+    speedup_vs_best_peer: float | None = None  # trt_gn rows: best peer's time / this time
 
 
 def _torch_dtype(name: str):
@@ -109,15 +120,9 @@ def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     import torch
 
     from . import _lib
-    from .ops import ABI_DTYPE
+    from .ops import abi_params
 
-    params = _lib.Params(
-        x=x.data_ptr(), y=y.data_ptr(), n=shape.n, c=shape.c, h=shape.h, w=shape.w,
-        num_groups=shape.groups, channel_stride=shape.c,
-        layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
-        dtype=ABI_DTYPE[x.dtype], activation=_lib.Activation.SILU, epsilon=shape.eps,
-        gamma=weight.data_ptr(), beta=bias.data_ptr(), affine_dtype=ABI_DTYPE[weight.dtype],
-    )
+    params = abi_params(x, y, weight, bias, shape.groups, shape.eps, "silu", layout=layout)
     nbytes = _lib.workspace_size(params)
     workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)
 
@@ -146,11 +151,56 @@ def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None,
     return {name: (min(ts), max(ts) / min(ts) - 1.0) for name, ts in times.items()}
 
 
-def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None, rounds: int = ROUNDS) -> list[Row]:
-    import torch
+def torch_group_norm_act(x, weight, bias, groups: int, eps: float):
+    """PyTorch's GroupNorm+SiLU, the peer timed eager and compiled."""
     import torch.nn.functional as F
 
+    return F.silu(F.group_norm(x, groups, weight, bias, eps))
+
+
+def compile_group_norm_act(x, weight, bias, groups: int, eps: float, name: str, backend: str = "inductor"):
+    """torch_group_norm_act compiled for these arguments (static shapes, one graph), checked to have
+    compiled (not run eager): a CheckedCompile whose first call has been made. Call it within
+    compile_check.raised_recompile_limits()."""
+    from .compile_check import CheckedCompile
+
+    compiled = CheckedCompile(torch_group_norm_act, name, backend=backend, fullgraph=True, dynamic=False)
+    compiled.first_call(x, weight, bias, groups, eps)
+    return compiled
+
+
+def best_peer(by_impl: dict) -> tuple[str, float] | None:
+    """(name, us per launch) of the fastest PyTorch variant among {impl: Row}, or None without one."""
+    peers = [(r.us_per_launch, impl) for impl, r in by_impl.items() if impl in PEERS]
+    if not peers:
+        return None
+    us, impl = min(peers)
+    return impl, us
+
+
+def annotate_best_peer(rows: list[Row]) -> None:
+    """Set best_peer and speedup_vs_best_peer on the trt_gn rows of every (shape, dtype)."""
+    for key in dict.fromkeys((r.shape, r.dtype) for r in rows):
+        by_impl = {r.impl: r for r in rows if (r.shape, r.dtype) == key}
+        best = best_peer(by_impl)
+        if best is None:
+            continue
+        for impl in OURS.values():
+            if impl in by_impl:
+                by_impl[impl].best_peer = best[0]
+                by_impl[impl].speedup_vs_best_peer = best[1] / by_impl[impl].us_per_launch
+
+
+def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None, rounds: int = ROUNDS,
+              with_compile: bool = True, compile_log=None, log=None) -> list[Row]:
+    """Time every variant on every (shape, dtype); `with_compile` adds the torch.compile variants.
+    `compile_log`, a list if given, receives one (shape, dtype, impl, graphs, compile seconds) per
+    compiled variant; `log(line)`, if given, is called as each (shape, dtype) starts and ends."""
+    import torch
+    import torch._dynamo
+
     from . import _lib
+    from .compile_check import CompileFallbackError, raised_recompile_limits
     from .reference import group_norm_act_reference, max_errors
 
     # The arguments first: a bad option is reported the same with or without a GPU.
@@ -172,8 +222,9 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
 
     rows: list[Row] = []
     task = None
+    per_key = rounds * (1 + (3 if with_compile else 2) * len(layouts)) + (len(layouts) if with_compile else 0)
     if progress is not None:
-        task = progress.add_task("benchmark", total=len(shapes) * len(torch_dtypes) * rounds * (1 + 2 * len(layouts)))
+        task = progress.add_task("benchmark", total=len(shapes) * len(torch_dtypes) * per_key)
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in shapes:
         for dtype_name, dtype in torch_dtypes:
@@ -182,6 +233,14 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
             bias = (0.1 * torch.randn(shape.c, device="cuda", generator=gen)).to(dtype)
             meta = dict(shape=shape.name, n=shape.n, c=shape.c, h=shape.h, w=shape.w,
                         groups=shape.groups, eps=shape.eps, dtype=dtype_name)
+
+            def step(name, advance=1):
+                if progress is not None:
+                    progress.update(task, advance=advance, description=f"{shape.name} {dtype_name} {name}")
+
+            started = time.perf_counter()
+            if log is not None:
+                log(f"{shape.name} {dtype_name}: {'compiling and ' if with_compile else ''}timing")
 
             # Every variant with its buffers, in table order; all live for the rounds.
             y_copy = torch.empty_like(x)
@@ -192,18 +251,48 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
             for layout in layouts:
                 outputs[layout] = torch.empty_like(inputs[layout])
                 variants[OURS[layout]] = _kernel_launcher(inputs[layout], outputs[layout], weight, bias, shape, layout)
+            peer_outputs = {}  # PyTorch variant -> a callable giving its output, for the error columns
             for layout in ("nchw", "nhwc"):
                 if layout in layouts:
                     xl = inputs[layout]
                     variants[TORCH[layout]] = (
-                        lambda xl=xl: F.silu(F.group_norm(xl, shape.groups, weight, bias, shape.eps)))
-
-            def step(name):
-                if progress is not None:
-                    progress.update(task, advance=1, description=f"{shape.name} {dtype_name} {name}")
+                        lambda xl=xl: torch_group_norm_act(xl, weight, bias, shape.groups, shape.eps))
+                    peer_outputs[TORCH[layout]] = variants[TORCH[layout]]
+            compiled = {}
+            if with_compile:
+                # A fresh dynamo cache per (shape, dtype): the compiles of earlier shapes neither count
+                # toward the recompile limit nor keep their memory.
+                torch._dynamo.reset()
+                with raised_recompile_limits():
+                    for layout in ("nchw", "nhwc"):
+                        if layout not in layouts:
+                            continue
+                        name = COMPILED[layout]
+                        step(f"{name}: compiling", advance=0)
+                        if log is not None:
+                            log(f"{shape.name} {dtype_name}: compiling {name}")
+                        xl = inputs[layout]
+                        try:
+                            fn = compile_group_norm_act(xl, weight, bias, shape.groups, shape.eps,
+                                                        f"{shape.name} {dtype_name} {name}")
+                        except CompileFallbackError as e:
+                            raise BenchError(f"{e} (--no-compile leaves the torch.compile variants out)") from e
+                        compiled[name] = fn
+                        variants[name] = lambda fn=fn, xl=xl: fn(xl, weight, bias, shape.groups, shape.eps)
+                        peer_outputs[name] = variants[name]
+                        if compile_log is not None:
+                            compile_log.append((shape.name, dtype_name, name, fn.graphs, fn.compile_s))
+                        step(f"{name}: compiled")
 
             timed = fastest_of_rounds(variants, rounds, replays, timed=step)
+            for fn in compiled.values():
+                try:
+                    fn.check_settled()
+                except CompileFallbackError as e:
+                    raise BenchError(str(e)) from e
             copy_us = timed[COPY][0]
+            if log is not None:
+                log(f"{shape.name} {dtype_name}: done in {time.perf_counter() - started:.0f} s")
             ref = group_norm_act_reference(x, weight, bias, shape.groups, shape.eps, "silu")
             for name, (us, spread) in timed.items():
                 errs = {}
@@ -211,10 +300,16 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
                     if name == OURS[layout]:
                         abs_err, rel_err = max_errors(outputs[layout], ref)
                         errs = dict(max_abs_err=abs_err, max_rel_err=rel_err)
+                if name in peer_outputs:
+                    abs_err, rel_err = max_errors(peer_outputs[name](), ref)
+                    errs = dict(max_abs_err=abs_err, max_rel_err=rel_err)
                 rows.append(Row(**meta, impl=name, us_per_launch=us, ratio_to_copy=us / copy_us,
                                 round_spread=spread if rounds > 1 else None, **errs))
-            del x, y_copy, variants, outputs, inputs, ref
+            del x, y_copy, variants, outputs, inputs, ref, peer_outputs, compiled
             torch.cuda.empty_cache()
+    if with_compile:
+        torch._dynamo.reset()
+    annotate_best_peer(rows)
     return rows
 
 
@@ -234,13 +329,37 @@ def write_csv(rows: list[Row], path: Path) -> None:
 
 
 def impl_order(rows: list[Row]) -> list[str]:
-    order = [COPY, OURS["nhwc"], OURS["nchw"], TORCH["nchw"], TORCH["nhwc"]]
+    order = [COPY, OURS["nhwc"], OURS["nchw"], TORCH["nchw"], TORCH["nhwc"], COMPILED["nchw"], COMPILED["nhwc"]]
     present = {r.impl for r in rows}
     return [i for i in order if i in present]
 
 
+BEST_PEER = "best PyTorch"
+
+
+def plot_series(rows: list[Row], dtype: str) -> tuple[list[str], dict[str, list[float]]]:
+    """(shapes, {series: time / copy time per shape}) of one dtype: every implementation but the
+    copy, and BEST_PEER, the fastest PyTorch variant of each shape (NaN where one is missing)."""
+    nan = float("nan")
+    shapes = list(dict.fromkeys(r.shape for r in rows if r.dtype == dtype))
+    series = {}
+    for impl in impl_order(rows):
+        if impl != COPY:
+            vals = {r.shape: r.ratio_to_copy for r in rows if r.dtype == dtype and r.impl == impl}
+            series[impl] = [vals.get(s, nan) for s in shapes]
+    if any(i in PEERS for i in series):
+        best = []
+        for shape in shapes:
+            by_impl = {r.impl: r for r in rows if r.dtype == dtype and r.shape == shape}
+            b = best_peer(by_impl)
+            best.append(nan if b is None else by_impl[b[0]].ratio_to_copy)
+        series[BEST_PEER] = best
+    return shapes, series
+
+
 def write_plot(rows: list[Row], path: Path) -> None:
-    """Grouped bars of the time relative to a copy, one panel per dtype (needs matplotlib)."""
+    """Grouped bars of the time relative to a copy, one panel per dtype, the best PyTorch variant of
+    each shape drawn as a black line across its group (needs matplotlib)."""
     try:
         import matplotlib
 
@@ -249,15 +368,18 @@ def write_plot(rows: list[Row], path: Path) -> None:
     except ImportError as e:
         raise BenchError("the PNG plot needs matplotlib: pip install matplotlib (or trt_gn[test])") from e
     dtypes = list(dict.fromkeys(r.dtype for r in rows))
-    shapes = list(dict.fromkeys(r.shape for r in rows))
-    impls = [i for i in impl_order(rows) if i != COPY]
-    fig, axes = plt.subplots(len(dtypes), 1, figsize=(max(8, 1.1 * len(shapes) + 2), 4.2 * len(dtypes)), squeeze=False)
-    width = 0.8 / max(1, len(impls))
+    n_shapes = len(dict.fromkeys(r.shape for r in rows))
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(max(8, 1.4 * n_shapes + 2), 4.6 * len(dtypes)), squeeze=False)
     for ax, dtype in zip(axes[:, 0], dtypes):
-        for k, impl in enumerate(impls):
-            vals = {r.shape: r.ratio_to_copy for r in rows if r.dtype == dtype and r.impl == impl}
-            xs = [i + (k - (len(impls) - 1) / 2) * width for i in range(len(shapes))]
-            ax.bar(xs, [vals.get(s, float("nan")) for s in shapes], width, label=impl)
+        shapes, series = plot_series(rows, dtype)
+        bars = [k for k in series if k != BEST_PEER]
+        width = 0.8 / max(1, len(bars))
+        for k, impl in enumerate(bars):
+            xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(shapes))]
+            ax.bar(xs, series[impl], width, label=impl)
+        if BEST_PEER in series:
+            ax.hlines(series[BEST_PEER], [i - 0.45 for i in range(len(shapes))], [i + 0.45 for i in range(len(shapes))],
+                      colors="black", linewidth=2.0, label=BEST_PEER)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.axhline(2.0, color="gray", linestyle="--", linewidth=0.8)
         ax.set_yscale("log")
@@ -265,7 +387,7 @@ def write_plot(rows: list[Row], path: Path) -> None:
         ax.set_title(f"GroupNorm+SiLU, {dtype}, {LAUNCHES} launches per CUDA graph (lower is better)")
         ax.set_xticks(range(len(shapes)))
         ax.set_xticklabels(shapes, rotation=30, ha="right", fontsize=8)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -273,18 +395,40 @@ def write_plot(rows: list[Row], path: Path) -> None:
     _atomic_write_bytes(path, buf.getvalue())
 
 
+PEER_LABELS = {TORCH["nchw"]: "eager NCHW", TORCH["nhwc"]: "eager cl", COMPILED["nchw"]: "compile NCHW",
+               COMPILED["nhwc"]: "compile cl"}
+
+
+def _errors_cell(rows: list[Row]) -> str:
+    errs = [r for r in rows if r.max_abs_err is not None]
+    if not errs:
+        return "-"
+    return f"{max(r.max_abs_err for r in errs):.2e} / {max(r.max_rel_err for r in errs):.2e}"
+
+
 def render_table(rows: list[Row]):
-    """A rich Table: one line per (shape, dtype), microseconds and ratio to copy per implementation."""
+    """A rich Table: one line per (shape, dtype), microseconds and ratio to copy per implementation,
+    the best peer (fastest PyTorch variant) and trt_gn's speedup over it, and the largest errors
+    against the float64 reference of trt_gn and of PyTorch."""
     from rich.table import Table
 
     impls = impl_order(rows)
+    ours = [i for i in impls if i in OURS.values()]
+    has_peers = any(i in PEERS for i in impls)
     table = Table(title=f"GroupNorm+SiLU: us per launch (x copy time); median of graph replays / {LAUNCHES}, "
                   "fastest round")
     table.add_column("shape", no_wrap=True)
     table.add_column("dtype", no_wrap=True)
     for impl in impls:
         table.add_column(impl, justify="right", no_wrap=True)
+    if has_peers:
+        table.add_column("best peer", no_wrap=True)
+        if ours:
+            short = " / ".join(i.split()[-1] for i in ours)
+            table.add_column(f"speedup vs best ({short})", justify="right", no_wrap=True)
     table.add_column("max abs / rel err", justify="right", no_wrap=True)
+    if has_peers:
+        table.add_column("torch max abs / rel err", justify="right", no_wrap=True)
     keys = list(dict.fromkeys((r.shape, r.dtype) for r in rows))
     for shape, dtype in keys:
         by_impl = {r.impl: r for r in rows if r.shape == shape and r.dtype == dtype}
@@ -298,11 +442,16 @@ def render_table(rows: list[Row]):
                 cells.append(f"{r.us_per_launch:.1f}{mark}")
             else:
                 cells.append(f"{r.us_per_launch:.1f}{mark} ({r.ratio_to_copy:.2f}x)")
-        errs = [r for r in by_impl.values() if r.max_abs_err is not None]
-        err = "-"
-        if errs:
-            err = f"{max(r.max_abs_err for r in errs):.2e} / {max(r.max_rel_err for r in errs):.2e}"
-        table.add_row(shape, dtype, *cells, err)
+        best = best_peer(by_impl)
+        if has_peers:
+            cells.append("-" if best is None else PEER_LABELS[best[0]])
+            if ours:
+                cells.append("-" if best is None else " / ".join(
+                    f"{best[1] / by_impl[i].us_per_launch:.2f}x" if i in by_impl else "-" for i in ours))
+        cells.append(_errors_cell([r for i, r in by_impl.items() if i in OURS.values()]))
+        if has_peers:
+            cells.append(_errors_cell([r for i, r in by_impl.items() if i in PEERS]))
+        table.add_row(shape, dtype, *cells)
     return table
 
 
@@ -331,14 +480,23 @@ def library_lines(capability: tuple[int, int], ptx_arch: int, path: str) -> list
     return lines
 
 
+def compile_summary(log: list[tuple]) -> str:
+    """One line on the compiled variants of a run: how many, the graphs each compiled, compile time."""
+    graphs = sorted({g for *_, g, _ in log})
+    each = " or ".join(str(g) for g in graphs)
+    return (f"torch.compile (inductor): {len(log)} variant(s) compiled before timing, {each} graph(s) each, none "
+            f"ran eager or compiled again while timed; {sum(s for *_, s in log):.0f} s compiling (not in the times)")
+
+
 def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, out_dir="bench-out",
-         rounds=ROUNDS) -> list[Row]:
+         rounds=ROUNDS, with_compile=True) -> list[Row]:
     """Run, print the table and write <out_dir>/bench.csv and <out_dir>/bench.png."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     # Logs and pipes get the whole table (rich would fold it into 80 columns).
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    tty = sys.stdout.isatty()
+    console = Console() if tty else Console(width=240)
     try:
         shapes = select_shapes(shape_names)
     except ValueError as e:
@@ -347,7 +505,10 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         _torch_dtype(d)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
-        rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds)
+        compile_log: list[tuple] = []
+        # Where no progress bar shows (a log, a pipe), a line as each (shape, dtype) starts and ends.
+        log = None if tty else (lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+        rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds, with_compile, compile_log, log)
     import torch
 
     from . import _lib
@@ -355,6 +516,8 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    if compile_log:
+        console.print(compile_summary(compile_log), markup=False, highlight=False, soft_wrap=True)
     console.print(render_table(rows))
     note = unsteady_note(rows)
     if note:

@@ -20,8 +20,6 @@ from .reference import group_norm_act_reference
 OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME}"
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
-ABI_DTYPE = _ABI_DTYPE  # the public name (trt_gn.bench, the GPU tests)
 
 
 def check_inputs(x, weight, bias, num_groups, eps, activation) -> None:
@@ -78,27 +76,39 @@ def group_norm_act(
     return y
 
 
-@group_norm_act.register_kernel("cuda")
-def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
-    check_inputs(x, weight, bias, num_groups, eps, activation)
-    x = _supported_layout(x)
-    y = torch.empty_like(x)  # keeps x's memory format
-    if x.numel() == 0:
-        return y
-    n, c, h, w = x.shape
-    layout = _lib.Layout.NCHW if x.is_contiguous() else _lib.Layout.NHWC
+ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
 
+
+def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None):
+    """(weight, bias, affine dtype) as the ABI takes them: contiguous, one dtype for both (float32
+    where they differ from x's: it holds every supported dtype exactly)."""
     affine = [t for t in (weight, bias) if t is not None]
     affine_dtype = x.dtype
     if affine and any(t.dtype != x.dtype for t in affine):
-        # One affine dtype per call: float32 holds every supported dtype exactly.
         affine_dtype = torch.float32
     if weight is not None:
         weight = weight.to(affine_dtype).contiguous()
     if bias is not None:
         bias = bias.to(affine_dtype).contiguous()
+    return weight, bias, affine_dtype
 
-    params = _lib.Params(
+
+def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, channel_stride=None,
+               shape=None) -> _lib.Params:
+    """trtgn_params_t for CUDA tensors x and y (contiguous NCHW or channels_last, the same format).
+
+    weight/bias must already be as affine_for_abi() returns them. `layout` ("nchw" or "nhwc")
+    defaults to NCHW where x is contiguous, else NHWC. `shape` (N, C, H, W) and `channel_stride`
+    describe a padded NHWC buffer (x then holds N*H*W pixels of channel_stride elements).
+    """
+    n, c, h, w = shape if shape is not None else x.shape
+    affine = [t for t in (weight, bias) if t is not None]
+    if len({t.dtype for t in affine}) > 1:
+        raise TypeError("weight and bias must have one dtype (see affine_for_abi)")
+    affine_dtype = affine[0].dtype if affine else x.dtype
+    if layout is None:
+        layout = "nchw" if shape is None and x.is_contiguous() else "nhwc"
+    return _lib.Params(
         x=x.data_ptr(),
         y=y.data_ptr(),
         n=n,
@@ -106,15 +116,26 @@ def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
         h=h,
         w=w,
         num_groups=num_groups,
-        channel_stride=c,
-        layout=layout,
-        dtype=_ABI_DTYPE[x.dtype],
+        channel_stride=c if channel_stride is None else channel_stride,
+        layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
+        dtype=ABI_DTYPE[x.dtype],
         activation=_lib.ACTIVATION_BY_NAME[activation],
         epsilon=eps,
         gamma=weight.data_ptr() if weight is not None else None,
         beta=bias.data_ptr() if bias is not None else None,
-        affine_dtype=_ABI_DTYPE[affine_dtype],
+        affine_dtype=ABI_DTYPE[affine_dtype],
     )
+
+
+@group_norm_act.register_kernel("cuda")
+def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
+    check_inputs(x, weight, bias, num_groups, eps, activation)
+    x = _supported_layout(x)
+    y = torch.empty_like(x)  # keeps x's memory format
+    if x.numel() == 0:
+        return y
+    weight, bias, _ = affine_for_abi(x, weight, bias)
+    params = abi_params(x, y, weight, bias, num_groups, eps, activation)
     with torch.cuda.device(x.device):
         nbytes = _lib.workspace_size(params)
         # The caching allocator ties the block to the current stream (and to the graph pool
@@ -123,6 +144,23 @@ def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
         stream = torch.cuda.current_stream(x.device).cuda_stream
         _lib.group_norm(params, workspace.data_ptr() if workspace is not None else None, nbytes, stream)
     return y
+
+
+def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation="silu") -> dict:
+    """The plan group_norm_act would run for these CUDA arguments (trt_gn._lib.describe_plan), without
+    running it: {"path": "clusters" | "on-chip-grid" | "streaming-grid" | "two-pass", "vec": ..., ...}.
+
+    The output's alignment takes part in the choice; a fresh output of x's format is assumed, as the
+    op allocates one.
+    """
+    check_inputs(x, weight, bias, num_groups, eps, activation)
+    if x.device.type != "cuda":
+        raise ValueError(f"describe_plan: x must be a CUDA tensor, got {x.device}")
+    x = _supported_layout(x)
+    weight, bias, _ = affine_for_abi(x, weight, bias)
+    y = torch.empty_like(x)
+    with torch.cuda.device(x.device):
+        return _lib.describe_plan(abi_params(x, y, weight, bias, num_groups, eps, activation))
 
 
 @group_norm_act.register_fake

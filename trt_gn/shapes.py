@@ -35,6 +35,10 @@ SHAPES: tuple[Shape, ...] = (
     Shape("vae-dec-512x128", 1, 512, 128, 128, 32, 1e-6),
     Shape("vae-dec-256x512", 1, 256, 512, 512, 32, 1e-6),
     Shape("vae-dec-128x512", 1, 128, 512, 512, 32, 1e-6),
+    # the SDXL VAE decoder at 1024x1024 (latents 1x4x128x128); its 1x512x128x128 is vae-dec-512x128
+    Shape("sdxl-vae-dec-512x256", 1, 512, 256, 256, 32, 1e-6),
+    Shape("sdxl-vae-dec-256x1024", 1, 256, 1024, 1024, 32, 1e-6),
+    Shape("sdxl-vae-dec-128x1024", 1, 128, 1024, 1024, 32, 1e-6),
 )
 
 SHAPES_BY_NAME = {s.name: s for s in SHAPES}

@@ -128,6 +128,35 @@ TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* wo
     return ok();
 }
 
+TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char* buffer, size_t size) {
+    if (buffer == nullptr || size == 0) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "buffer is NULL or size is 0");
+    buffer[0] = '\0';
+    trtgn::Problem q;
+    const trtgn_status_t s = validate(params, &q);
+    if (s != TRTGN_STATUS_SUCCESS) return s;
+    int need = 0;
+    if (isEmpty(q)) {
+        need = std::snprintf(buffer, size, "path=none");
+    } else {
+        if (q.x == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "x is NULL");
+        if (q.y == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "y is NULL");
+        trtgn::PlanInfo d;
+        const cudaError_t e = trtgn::launchGroupNorm(q, nullptr, nullptr, &d);
+        if (e != cudaSuccess)
+            return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        need = std::snprintf(buffer, size,
+                             "path=%s kernel=%s vec=%d blocks=%lld threads=%d cluster=%d split=%d vpt=%d slices=%d "
+                             "chunk=%lld partials=%s",
+                             d.path, d.kernel, d.vec, (long long)d.blocks, d.threads, d.cluster, d.split, d.vpt,
+                             d.slices, (long long)d.chunk, d.partials[0] ? d.partials : "-");
+    }
+    if (need < 0 || size_t(need) >= size) {
+        buffer[0] = '\0';
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "buffer of %zu bytes is too small: %d needed", size, need + 1);
+    }
+    return ok();
+}
+
 TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch) {
     if (arch == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "arch is NULL");
     const cudaError_t e = trtgn::kernelsPtxArch(arch);

@@ -22,7 +22,7 @@ cudaError_t kernelsPtxArch(int* arch) {
 
 static int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
 
-cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream) {
+cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream, PlanInfo* describe) {
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e != cudaSuccess) return e;
@@ -59,14 +59,14 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
                                                             : aligned && p.hw % vec == 0;
     if (vectorizable) {
         bool launched = false;
-        e = tryLaunchFused(p, dev, kFusedOverGridCost, stream, &launched);
+        e = tryLaunchFused(p, dev, kFusedOverGridCost, stream, &launched, describe);
         if (launched || e != cudaSuccess) return e;
-        e = tryLaunchPersistent(p, dev, workspace, workspaceBytes(p), stream, &launched);
+        e = tryLaunchPersistent(p, dev, workspace, workspaceBytes(p), stream, &launched, describe);
         if (launched || e != cudaSuccess) return e;
-        e = tryLaunchFused(p, dev, std::numeric_limits<double>::infinity(), stream, &launched);
+        e = tryLaunchFused(p, dev, std::numeric_limits<double>::infinity(), stream, &launched, describe);
         if (launched || e != cudaSuccess) return e;
     }
-    return launchTwoPass(p, dev, workspace, stream);
+    return launchTwoPass(p, dev, workspace, stream, describe);
 }
 
 }  // namespace trtgn

@@ -913,7 +913,8 @@ int64_t gcd64(int64_t a, int64_t b) {
 }
 
 template <typename T>
-cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched) {
+cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched,
+                            PlanInfo* describe) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
     const int maxK = dev.hopperCode ? 8 : 1;  // thread-block clusters need Hopper
@@ -933,6 +934,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     if (p.n > 65535 || p.c > (int64_t(1) << 30)) return cudaSuccess;
     FusedPlan plan;
     void* kernel = nullptr;
+    const char* kernelName = "";
     // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
     // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
     // sector an SM fetches belongs to another cluster. Such sets are doubled
@@ -971,6 +973,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.vs = int(narrowLanes);
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
+        kernelName = narrowBytes == 4 ? "gnFusedGroup<NHWC,4-byte>" : "gnFusedGroup<NHWC,8-byte>";
         if constexpr (sizeof(T) == 2) {
             kernel = narrowBytes == 4 ? pickKernel<T, NHWCGroup4Kernel, true>(plan.vpt)
                                       : pickKernel<T, NHWCGroup8Kernel, true>(plan.vpt);
@@ -987,6 +990,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
         kernel = pickKernel<T, NHWCGroupKernel>(plan.vpt);
+        kernelName = "gnFusedGroup<NHWC>";
     } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
         const int64_t setChannels = widen ? pairSet : p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
         const int64_t vs = setChannels / VEC;
@@ -999,6 +1003,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.groupsPerN = int(sets);
         a.units = p.hw;
         kernel = pickKernel<T, NHWCSet2Kernel>(plan.vpt);
+        kernelName = "gnFusedSet2";
     } else if (p.layout == TRTGN_LAYOUT_NHWC) {
         // Measured on an H200 (fp16): this kernel wins up to ~5 MB and loses
         // to the two-pass kernels from ~10 MB, where its wide per-thread state
@@ -1019,6 +1024,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.groupsPerN = int(sets);
         a.units = p.hw;
         kernel = pickKernel<T, NHWCKernel>(plan.vpt);
+        kernelName = "gnFusedNHWC";
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
         const int64_t clusters = p.n * p.groups;
@@ -1040,6 +1046,7 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         a.groupsPerN = int(p.groups);
         a.units = units;
         kernel = pickKernel<T, NCHWKernel>(plan.vpt);
+        kernelName = "gnFusedGroup<NCHW>";
     }
     a.R = plan.R;
     a.K = plan.K;
@@ -1075,16 +1082,29 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     }
     void* args[] = {&a};
     *launched = true;
+    if (describe != nullptr) {
+        describe->path = "clusters";
+        describe->kernel = kernelName;
+        describe->vec = groupVec;
+        describe->blocks = int64_t(cfg.gridDim.x) * cfg.gridDim.y;
+        describe->threads = plan.threads;
+        describe->cluster = plan.K;
+        describe->split = plan.S;
+        describe->vpt = plan.vpt;
+        return cudaSuccess;
+    }
     return cudaLaunchKernelExC(&cfg, kernel, args);
 }
 
 }  // namespace
 
-cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched) {
+cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched,
+                           PlanInfo* describe) {
     switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, maxCost, stream, launched);
-        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, maxCost, stream, launched);
-        case TRTGN_DTYPE_BFLOAT16: return tryLaunchFusedT<__nv_bfloat16>(p, dev, maxCost, stream, launched);
+        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, maxCost, stream, launched, describe);
+        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, maxCost, stream, launched, describe);
+        case TRTGN_DTYPE_BFLOAT16:
+            return tryLaunchFusedT<__nv_bfloat16>(p, dev, maxCost, stream, launched, describe);
     }
     *launched = false;
     return cudaSuccess;

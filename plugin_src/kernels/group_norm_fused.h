@@ -5,6 +5,8 @@
 
 namespace trtgn {
 
+// Each launcher below, given `describe`, fills it where it would launch and
+// sets *launched as it would, but launches nothing.
 struct DeviceInfo {
     int numSMs;
     // Compute capability 9.0 or later, and this library's kernels loaded for
@@ -19,14 +21,14 @@ struct DeviceInfo {
 // barrier (group_norm_persistent.cu; Hopper). Sets *launched = false, without
 // launching anything, where the problem does not fit on chip or this path.
 cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                cudaStream_t stream, bool* launched);
+                                cudaStream_t stream, bool* launched, PlanInfo* describe);
 
 // Single pass with the data held in registers (group_norm_fused.cu). Sets
 // *launched = false, without launching anything, where the problem does not
 // fit this path (16-byte vectors needed, groups small enough for a cluster)
 // or where its plan's estimated cost is maxCost or more.
 cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream,
-                           bool* launched);
+                           bool* launched, PlanInfo* describe);
 // The cluster plans' estimated cost (planFused) above which the on-chip grid
 // is faster where it applies (on an H200 the grid takes 8.4-9.9 us at 4-5
 // MB). Fitted with the planner's constants (see planFused): for example
@@ -40,7 +42,8 @@ constexpr double kFusedOverGridCost = 8250.0;
 
 // Statistics, finalisation, application: three kernels, any size and
 // alignment (group_norm_two_pass.cu).
-cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream);
+cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
+                          PlanInfo* describe);
 
 // Bytes of workspace launchTwoPass() may need.
 size_t twoPassWorkspaceBytes(const Problem& p);

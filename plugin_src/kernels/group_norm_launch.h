@@ -38,8 +38,25 @@ size_t workspaceBytes(const Problem& p);
 // on the current device (see trtgn_kernels_ptx_arch).
 cudaError_t kernelsPtxArch(int* arch);
 
+// The plan a call runs (trtgn_describe_plan): the path and its main launch
+// values. Each launcher fills it instead of launching when asked to.
+struct PlanInfo {
+    const char* path = "";    // "clusters", "on-chip-grid", "streaming-grid" or "two-pass"
+    const char* kernel = "";  // the kernel (template) that runs the path's main work
+    int vec = 1;              // elements a thread loads at once
+    int64_t blocks = 0;       // blocks of the main kernel
+    int threads = 0;          // threads a block
+    int cluster = 1;          // blocks a cluster (clusters), else 1
+    int split = 1;            // blocks that each hold a whole group (clusters, two blocks a group)
+    int vpt = 0;              // vectors a thread holds (clusters)
+    int slices = 1;           // channel slices an image (on-chip grid); column slices (two-pass)
+    int64_t chunk = 0;        // units a block: pixels (NHWC grids, two-pass) or elements (NCHW grids)
+    const char* partials = "";  // two-pass NHWC: "group" or "channel" partials
+};
+
 // Picks the kernels for the current device and enqueues them on `stream`.
-// The problem is valid and non-empty; the workspace is large enough.
-cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream);
+// The problem is valid and non-empty; the workspace is large enough. With
+// `describe`, fills it and launches nothing (the device queries still run).
+cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stream, PlanInfo* describe = nullptr);
 
 }  // namespace trtgn

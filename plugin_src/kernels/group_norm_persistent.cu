@@ -1262,7 +1262,7 @@ bool encodeSlicesMap(const Problem& p, int sliceC, int64_t pieceLen, CUtensorMap
 
 template <typename T>
 cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                 cudaStream_t stream, bool* launched) {
+                                 cudaStream_t stream, bool* launched, PlanInfo* describe) {
     constexpr int VEC = kVec16<T>;
     *launched = false;
     if (!dev.hopperCode || dev.maxSmemOptin <= 0) return cudaSuccess;
@@ -1399,6 +1399,17 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
     if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
         kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
     const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
+    if (describe != nullptr) {
+        *launched = true;
+        describe->path = streaming ? "streaming-grid" : "on-chip-grid";
+        describe->kernel = !nhwc ? "gnPersistentNCHW" : streaming ? "gnStreamNHWC" : "gnOnChipNHWC";
+        describe->vec = VEC;
+        describe->blocks = blocks;
+        describe->threads = nhwc ? kThreads : nchwThreads(streaming);
+        describe->slices = 1 << a.log2Slices;
+        describe->chunk = chunk;
+        return cudaSuccess;
+    }
 
     // The attribute is the function's, for every thread: set to this call's
     // size, another thread's smaller one could land between it and this
@@ -1426,14 +1437,14 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
 }  // namespace
 
 cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                cudaStream_t stream, bool* launched) {
+                                cudaStream_t stream, bool* launched, PlanInfo* describe) {
     switch (p.dtype) {
         case TRTGN_DTYPE_FLOAT32:
-            return tryLaunchPersistentT<float>(p, dev, workspace, workspaceBytes, stream, launched);
+            return tryLaunchPersistentT<float>(p, dev, workspace, workspaceBytes, stream, launched, describe);
         case TRTGN_DTYPE_FLOAT16:
-            return tryLaunchPersistentT<__half>(p, dev, workspace, workspaceBytes, stream, launched);
+            return tryLaunchPersistentT<__half>(p, dev, workspace, workspaceBytes, stream, launched, describe);
         case TRTGN_DTYPE_BFLOAT16:
-            return tryLaunchPersistentT<__nv_bfloat16>(p, dev, workspace, workspaceBytes, stream, launched);
+            return tryLaunchPersistentT<__nv_bfloat16>(p, dev, workspace, workspaceBytes, stream, launched, describe);
     }
     *launched = false;
     return cudaSuccess;

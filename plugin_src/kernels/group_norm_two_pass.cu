@@ -224,8 +224,10 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         const int groupsHere = int(min(int64_t(width), a.c - c0)) / cpg;
         const double nc = double(p1 - p0);  // every channel's count: the chunk's pixels
         float2* out = a.partials + (n * a.chunks + chunk) * a.groups + c0 / cpg;
-        const int warp = tid >> 5, lane = tid & 31;
-        for (int gl = warp; gl < groupsHere; gl += kThreads / 32) {
+        // Whole warps only: the block has vb * rows threads (at least 257),
+        // not always a multiple of 32, and warpSum needs all 32 lanes.
+        const int warp = tid >> 5, lane = tid & 31, warps = int(blockDim.x) >> 5;
+        for (int gl = warp; warp < warps && gl < groupsHere; gl += warps) {
             double sum = 0.0, sq = 0.0;
             for (int ch = gl * cpg + lane; ch < (gl + 1) * cpg; ch += 32) {
                 const double m = smMean[ch];
@@ -472,7 +474,8 @@ size_t partialsCapacity(const Problem& p) {
 }
 
 template <typename T, int VEC>
-cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
+                           PlanInfo* describe) {
     TwoPassArgs a{};
     a.x = p.x;
     a.y = p.y;
@@ -565,6 +568,18 @@ cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* worksp
         f.kG = p.cpg * p.hw;
     }
     if (grid.x > 0x7fffffffu) return cudaErrorInvalidConfiguration;
+    if (describe != nullptr) {
+        const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+        describe->path = "two-pass";
+        describe->kernel = nhwc ? "gnStatsNHWC+gnApplyNHWC" : "gnStatsNCHW+gnApplyNCHW";
+        describe->vec = VEC;
+        describe->blocks = int64_t(grid.x) * grid.y;
+        describe->threads = int(block.x);
+        describe->slices = int(grid.y);
+        describe->chunk = a.chunkUnits;
+        describe->partials = nhwc ? (a.groupPartials ? "group" : "channel") : "group";
+        return cudaSuccess;
+    }
 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -586,12 +601,14 @@ cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* worksp
 }
 
 template <typename T>
-cudaError_t launchTwoPassDtype(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+cudaError_t launchTwoPassDtype(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
+                               PlanInfo* describe) {
     constexpr int VEC = kVec16<T>;
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
     const bool vec = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % VEC == 0 && p.cs % VEC == 0
                                                    : aligned && p.hw % VEC == 0;
-    return vec ? launchTwoPassT<T, VEC>(p, dev, workspace, stream) : launchTwoPassT<T, 1>(p, dev, workspace, stream);
+    return vec ? launchTwoPassT<T, VEC>(p, dev, workspace, stream, describe)
+               : launchTwoPassT<T, 1>(p, dev, workspace, stream, describe);
 }
 
 }  // namespace
@@ -600,11 +617,12 @@ size_t twoPassWorkspaceBytes(const Problem& p) {
     return alignUp(size_t(p.n * p.groups) * sizeof(float4)) + alignUp(partialsCapacity(p) * sizeof(float2));
 }
 
-cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream) {
+cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
+                          PlanInfo* describe) {
     switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return launchTwoPassDtype<float>(p, dev, workspace, stream);
-        case TRTGN_DTYPE_FLOAT16: return launchTwoPassDtype<__half>(p, dev, workspace, stream);
-        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassDtype<__nv_bfloat16>(p, dev, workspace, stream);
+        case TRTGN_DTYPE_FLOAT32: return launchTwoPassDtype<float>(p, dev, workspace, stream, describe);
+        case TRTGN_DTYPE_FLOAT16: return launchTwoPassDtype<__half>(p, dev, workspace, stream, describe);
+        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassDtype<__nv_bfloat16>(p, dev, workspace, stream, describe);
     }
     return cudaErrorInvalidValue;
 }

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trt_gn import _lib
-from trt_gn.ops import ABI_DTYPE
+from trt_gn.ops import abi_params
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
 GPU = [pytest.mark.gpu, requires_cuda]
@@ -21,19 +21,8 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
 
 def params_for(x, y, weight, bias, groups, eps, activation, layout, channel_stride=None, shape=None):
     """trtgn_params_t for x/y (torch tensors); `shape` (N, C, H, W) overrides x.shape for padded buffers."""
-    n, c, h, w = shape if shape is not None else x.shape
-    affine = [t for t in (weight, bias) if t is not None]
-    affine_dtype = affine[0].dtype if affine else x.dtype
-    assert all(t.dtype == affine_dtype for t in affine)
-    return _lib.Params(
-        x=x.data_ptr(), y=y.data_ptr(), n=n, c=c, h=h, w=w, num_groups=groups,
-        channel_stride=c if channel_stride is None else channel_stride,
-        layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
-        dtype=ABI_DTYPE[x.dtype], activation=_lib.ACTIVATION_BY_NAME[activation], epsilon=eps,
-        gamma=weight.data_ptr() if weight is not None else None,
-        beta=bias.data_ptr() if bias is not None else None,
-        affine_dtype=ABI_DTYPE[affine_dtype],
-    )
+    return abi_params(x, y, weight, bias, groups, eps, activation, layout=layout, channel_stride=channel_stride,
+                      shape=shape)
 
 
 def launch(params, device, stream=None) -> None:

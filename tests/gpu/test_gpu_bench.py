@@ -22,17 +22,24 @@ def test_bench_one_shape(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "sd15-unet-1280x8" in out and "stay there for the copy and the kernels alike" in out
+    assert ("torch.compile (inductor): 4 variant(s) compiled before timing, 1 graph(s) each, none ran eager or "
+            "compiled again while timed") in out
     assert f"kernels: {_lib.library_path()}, running code built for compute_{_lib.kernels_ptx_arch()}\n" in out
     with open(tmp_path / "bench.csv") as f:
         rows = list(csv.DictReader(f))
     impls = {(r["dtype"], r["impl"]) for r in rows}
     assert impls == {(d, i) for d in ("fp16", "bf16") for i in
-                     (bench.COPY, *bench.OURS.values(), *bench.TORCH.values())}
+                     (bench.COPY, *bench.OURS.values(), *bench.TORCH.values(), *bench.COMPILED.values())}
     for r in rows:
         assert float(r["us_per_launch"]) > 0
         assert float(r["round_spread"]) >= 0  # two rounds by default: the slower one's excess
+        if r["impl"] != bench.COPY:
+            assert float(r["max_abs_err"]) < 0.1  # the GPU correctness tests hold trt_gn's exact bound
         if r["impl"] in bench.OURS.values():
-            assert float(r["max_abs_err"]) < 0.1  # the GPU correctness tests hold the exact bound
+            peers = {p["impl"]: float(p["us_per_launch"]) for p in rows
+                     if p["dtype"] == r["dtype"] and p["impl"] in bench.PEERS}
+            assert r["best_peer"] == min(peers, key=peers.get)
+            assert float(r["speedup_vs_best_peer"]) == pytest.approx(min(peers.values()) / float(r["us_per_launch"]))
     pytest.importorskip("matplotlib")
     assert (tmp_path / "bench.png").stat().st_size > 1000
 
@@ -43,8 +50,18 @@ def test_bench_one_round(tmp_path, capsys):
     assert "differed by more than" not in capsys.readouterr().out  # one round: nothing to compare
     with open(tmp_path / "bench.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [r["impl"] for r in rows] == [bench.COPY, bench.OURS["nhwc"], bench.TORCH["nhwc"]]
+    assert [r["impl"] for r in rows] == [bench.COPY, bench.OURS["nhwc"], bench.TORCH["nhwc"], bench.COMPILED["nhwc"]]
     assert all(r["round_spread"] == "" for r in rows)
+
+
+def test_bench_without_compile(tmp_path, capsys):
+    assert main(["bench", "--shapes", "sd15-unet-1280x8", "--dtypes", "fp16", "--rounds", "1", "--no-compile",
+                 "--out", str(tmp_path)]) == 0
+    assert "torch.compile" not in capsys.readouterr().out
+    with open(tmp_path / "bench.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["impl"] for r in rows] == [bench.COPY, *bench.OURS.values(), bench.TORCH["nchw"], bench.TORCH["nhwc"]]
+    assert {r["best_peer"] for r in rows if r["impl"] in bench.OURS.values()} <= set(bench.TORCH.values())
 
 
 def test_ab_kernels_two_variants(tmp_path):

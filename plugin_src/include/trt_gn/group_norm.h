@@ -36,8 +36,8 @@ extern "C" {
 #endif
 
 /* Version of this ABI: bumped when a struct, an enum or the set of
- * functions changes. 2: trtgn_kernels_ptx_arch(). */
-#define TRTGN_ABI_VERSION 2
+ * functions changes. 2: trtgn_kernels_ptx_arch(). 3: trtgn_describe_plan(). */
+#define TRTGN_ABI_VERSION 3
 
 typedef enum trtgn_status {
     TRTGN_STATUS_SUCCESS = 0,
@@ -109,6 +109,22 @@ TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* wo
  * on-chip and streaming grids) stay off: the same results, more slowly.
  * Fails with TRTGN_STATUS_CUDA_ERROR where no CUDA device is usable. */
 TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch);
+
+/* The plan trtgn_group_norm() would run for these parameters on the current
+ * device, as one line of space-separated key=value pairs, written into
+ * `buffer` (NUL-terminated; 256 bytes are always enough):
+ *   path     clusters | on-chip-grid | streaming-grid | two-pass | none (empty tensor)
+ *   kernel   the kernel of the path's main work
+ *   vec      elements a thread loads at once
+ *   blocks, threads   the main kernel's grid and block size
+ *   cluster  blocks a cluster; split: blocks that each hold a whole group
+ *   vpt      vectors a thread holds (clusters); slices: channel slices
+ *   chunk    pixels (NHWC) or elements (NCHW) a block walks; partials: two-pass NHWC
+ *            statistics per group or per channel ("-" elsewhere)
+ * Validates like trtgn_group_norm() (x and y are needed: their alignment
+ * takes part in the choice); launches nothing and needs no workspace. Keys
+ * may be added; none is removed or renamed within an ABI version. */
+TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char* buffer, size_t size);
 
 /* The message of the last failed call made by this thread ("" after a success). */
 TRTGN_API const char* trtgn_last_error_message(void);

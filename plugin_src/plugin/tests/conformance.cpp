@@ -11,7 +11,13 @@
  * against a float64 reference; every bad input must fail with a message that
  * names the field or tensor and the value, through the logger or error recorder.
  *
- * usage: trt_gn_plugin_conformance /path/to/libtrt_gn_plugin.so
+ * usage: trt_gn_plugin_conformance [--seed=S] [--random-cases=K] /path/to/libtrt_gn_plugin.so
+ *   --seed=S          seed of the random sample of shapes (default 1; env TRT_GN_CONFORMANCE_SEED)
+ *   --random-cases=K  random cases per type x format of x (default 60, 0 = none;
+ *                     env TRT_GN_CONFORMANCE_RANDOM_CASES)
+ *   Options override the environment. A failing random case prints its shape, G, type, format,
+ *   gamma/beta type, activation, eps, input offset and scale and the seed; the same binary
+ *   run with that --seed repeats it.
  * exit:  0 all passed; 1 a check failed; 77 host-side checks passed but no CUDA GPU
  *        (the GPU part was skipped; CTest SKIP_RETURN_CODE); 2 usage/load error.
  */
@@ -21,12 +27,15 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -554,26 +563,57 @@ double loadAs(DataType t, std::vector<uint8_t> const& buf, size_t i)
     return t == DataType::kHALF ? halfToFloat(bits) : bf16ToFloat(bits);
 }
 
-// trt_gn.reference.tolerance: fp16/bf16: 2 ulp of the output type at |ref| + 1e-6; fp32: 1e-5 |ref| + 1e-6.
-double tolerance(double ref, DataType t)
+// The accuracy rule of trt_gn/reference.py (its comment "The accuracy rule" derives it from a
+// forward error analysis of the kernels' fp32 arithmetic; _error_terms/tolerance compute it).
+// Per element, with u = 2^-24, xh the normalised value, xh_k the normalised first element of
+// the group (NCHW order), z = xh * gamma + beta and y = act(z):
+//     terms = act' u [(3 + 40 (2 + xh_k^2)) |xh gamma| + 80 (1 + |xh_k|) |gamma| + 3 |beta|]
+//             + [SiLU] (4 + |z|) u |y| + |z| 2^-62 + 2^-126,     act' = 1.1 (SiLU) or 1;
+//     tol   = terms (fp32),  terms + ulp(|y| + terms) / 2 (fp16, bf16).
+// The terms bound the error of magnitudes before cancellation, so they do not vanish with |y|.
+struct RefValue
 {
-    double const mag = std::fabs(ref);
+    double y;       // act(z)
+    double xh;      // (x - mean) * rstd
+    double xhFirst; // xh of the group's first element (channel g * C/G, pixel 0)
+    double z;       // xh * gamma + beta
+};
+
+double errorTerms(RefValue const& r, double gamma, double beta, bool silu)
+{
+    double const u = std::ldexp(1.0, -24);
+    double const cSum = 80.0; // lam * sqrt(R) of the probabilistic bound on sums of R = 256 terms
+    double const cRstd = 3.0 + 0.5 * cSum * (2.0 + r.xhFirst * r.xhFirst);
+    double err = u
+        * (cRstd * std::fabs(r.xh * gamma) + cSum * (1.0 + std::fabs(r.xhFirst)) * std::fabs(gamma)
+            + 3.0 * std::fabs(beta));
+    if (silu)
+    {
+        err = 1.1 * err + u * (4.0 + std::fabs(r.z)) * std::fabs(r.y);
+    }
+    return err + std::fabs(r.z) * std::ldexp(1.0, -62) + std::ldexp(1.0, -126);
+}
+
+// Allowed |out - y| for an output of type t, given the element's error terms.
+double tolerance(double y, double terms, DataType t)
+{
     if (t == DataType::kFLOAT)
     {
-        return 1e-5 * mag + 1e-6;
+        return terms;
     }
     int const mantissa = t == DataType::kHALF ? 10 : 7;
     double const tiny = t == DataType::kHALF ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
-    double const exponent = std::floor(std::log2(std::max(mag, tiny)));
-    double const ulp = std::max(std::ldexp(1.0, static_cast<int>(exponent) - mantissa), tiny);
-    return 2.0 * ulp + 1e-6;
+    double const mag = std::max(std::fabs(y) + terms, tiny);
+    double const ulp = std::max(std::ldexp(1.0, std::ilogb(mag) - mantissa), tiny);
+    return terms + 0.5 * ulp;
 }
 
-// y[n][c][h][w] (NCHW, float64) = act(GroupNorm(x)), x given in NCHW float64.
-std::vector<double> reference(std::vector<double> const& x, std::vector<double> const& gamma,
+// act(GroupNorm(x)) in float64, x given in NCHW; one RefValue per element, NCHW order.
+// Two-pass statistics (mean, then the mean of squared deviations), as trt_gn.reference.
+std::vector<RefValue> reference(std::vector<double> const& x, std::vector<double> const& gamma,
     std::vector<double> const& beta, int64_t N, int64_t C, int64_t H, int64_t W, int64_t G, double eps, bool silu)
 {
-    std::vector<double> y(x.size());
+    std::vector<RefValue> ref(x.size());
     int64_t const cpg = C / G, hw = H * W;
     for (int64_t n = 0; n < N; ++n)
     {
@@ -581,6 +621,10 @@ std::vector<double> reference(std::vector<double> const& x, std::vector<double> 
         {
             size_t const base = static_cast<size_t>((n * C + g * cpg) * hw);
             size_t const count = static_cast<size_t>(cpg * hw);
+            if (count == 0)
+            {
+                continue;
+            }
             double mean = 0.0;
             for (size_t i = 0; i < count; ++i)
             {
@@ -594,22 +638,22 @@ std::vector<double> reference(std::vector<double> const& x, std::vector<double> 
             }
             var /= static_cast<double>(count);
             double const rstd = 1.0 / std::sqrt(var + eps);
+            double const xhFirst = (x[base] - mean) * rstd;
             for (int64_t c = g * cpg; c < (g + 1) * cpg; ++c)
             {
                 for (int64_t p = 0; p < hw; ++p)
                 {
                     size_t const i = static_cast<size_t>((n * C + c) * hw + p);
-                    double v = (x[i] - mean) * rstd * gamma[static_cast<size_t>(c)] + beta[static_cast<size_t>(c)];
-                    if (silu)
-                    {
-                        v = v / (1.0 + std::exp(-v));
-                    }
-                    y[i] = v;
+                    RefValue& r = ref[i];
+                    r.xh = (x[i] - mean) * rstd;
+                    r.xhFirst = xhFirst;
+                    r.z = r.xh * gamma[static_cast<size_t>(c)] + beta[static_cast<size_t>(c)];
+                    r.y = silu ? r.z / (1.0 + std::exp(-r.z)) : r.z;
                 }
             }
         }
     }
-    return y;
+    return ref;
 }
 
 // ---- TensorRT-side descriptions ------------------------------------------------------------
@@ -1052,72 +1096,179 @@ struct Case
     int64_t n, c, h, w;
 };
 
-// One enqueue of `runtime` for x of (type, format), checked against the reference.
-// Several plugins (contexts) run the same problem concurrently on their own streams.
-void runEnqueue(std::string const& tag, std::vector<PluginHandle> const& contexts, IPluginV3OneBuild* build,
-    Expected const& e, Case const& cs, DataType type, TensorFormat format, DataType affine, uint32_t seed,
-    bool useGraph)
+// x ~ normal(offset, scale): the offset makes the mean matter, the scale the variance.
+struct InputSpec
 {
-    std::string const what = tag + ": enqueue " + typeName(type) + " " + formatName(format) + " gamma/beta "
-        + typeName(affine) + " x=[" + std::to_string(cs.n) + "," + std::to_string(cs.c) + "," + std::to_string(cs.h)
-        + "," + std::to_string(cs.w) + "]" + (useGraph ? " in a CUDA graph" : "")
-        + (contexts.size() > 1 ? " on " + std::to_string(contexts.size()) + " contexts at once" : "");
-    int64_t const N = cs.n, C = cs.c, H = cs.h, W = cs.w;
-    bool const linear = format == TensorFormat::kLINEAR;
-    int64_t const vec = channelVector(format);
-    int64_t const stride = linear ? C : (C + vec - 1) / vec * vec;
-    size_t const es = elementSize(type);
-    size_t const elems = static_cast<size_t>(N * H * W * stride);
+    float offset{0.5F};
+    float scale{2.0F};
+};
 
-    // x (random, offset so the mean matters), gamma, beta; padding channels hold NaN
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.5F, 2.0F);
-    std::uniform_real_distribution<float> uni(-1.5F, 1.5F);
-    std::vector<uint8_t> hx(elems * es), hg(static_cast<size_t>(C) * elementSize(affine)),
-        hb(static_cast<size_t>(C) * elementSize(affine));
-    std::vector<double> x64(static_cast<size_t>(N * C * H * W)), g64(static_cast<size_t>(C)), b64(static_cast<size_t>(C));
-    for (size_t i = 0; i < elems; ++i)
+// One problem on the host: x in the layout of `format` (pad channels NaN), gamma, beta, and
+// the values actually stored, in float64 and NCHW order, for the reference.
+struct HostProblem
+{
+    Case cs;
+    DataType type;
+    TensorFormat format;
+    DataType affine;
+    int64_t stride; // channel stride of x/y: C (LINEAR, HWC) or C rounded up to the vector
+    size_t elems;   // elements of x/y, pad channels included
+    std::vector<uint8_t> hx, hg, hb;
+    std::vector<double> x64, g64, b64;
+
+    // element (n, c, h, w) of x/y in the buffer's layout
+    size_t at(int64_t n, int64_t c, int64_t h, int64_t w) const
     {
-        storeAs(type, hx, i, std::nanf(""));
+        return static_cast<size_t>(format == TensorFormat::kLINEAR ? ((n * cs.c + c) * cs.h + h) * cs.w + w
+                                                                   : ((n * cs.h + h) * cs.w + w) * stride + c);
+    }
+    static size_t nchw(Case const& s, int64_t n, int64_t c, int64_t h, int64_t w)
+    {
+        return static_cast<size_t>(((n * s.c + c) * s.h + h) * s.w + w);
+    }
+};
+
+HostProblem makeProblem(
+    Case const& cs, DataType type, TensorFormat format, DataType affine, uint32_t seed, InputSpec const& in = {})
+{
+    HostProblem p{cs, type, format, affine, 0, 0, {}, {}, {}, {}, {}, {}};
+    int64_t const N = cs.n, C = cs.c, H = cs.h, W = cs.w;
+    int64_t const vec = channelVector(format);
+    p.stride = format == TensorFormat::kLINEAR ? C : (C + vec - 1) / vec * vec;
+    p.elems = static_cast<size_t>(N * H * W * p.stride);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(in.offset, in.scale);
+    std::uniform_real_distribution<float> uni(-1.5F, 1.5F);
+    p.hx.resize(p.elems * elementSize(type));
+    p.hg.resize(static_cast<size_t>(C) * elementSize(affine));
+    p.hb.resize(static_cast<size_t>(C) * elementSize(affine));
+    p.x64.resize(static_cast<size_t>(N * C * H * W));
+    p.g64.resize(static_cast<size_t>(C));
+    p.b64.resize(static_cast<size_t>(C));
+    for (size_t i = 0; i < p.elems; ++i)
+    {
+        storeAs(type, p.hx, i, std::nanf(""));
     }
     for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c)
             for (int64_t h = 0; h < H; ++h)
                 for (int64_t w = 0; w < W; ++w)
                 {
-                    size_t const at = static_cast<size_t>(linear ? ((n * C + c) * H + h) * W + w
-                                                                 : ((n * H + h) * W + w) * stride + c);
-                    x64[static_cast<size_t>(((n * C + c) * H + h) * W + w)] = storeAs(type, hx, at, normal(rng));
+                    p.x64[HostProblem::nchw(cs, n, c, h, w)] = storeAs(type, p.hx, p.at(n, c, h, w), normal(rng));
                 }
     for (int64_t c = 0; c < C; ++c)
     {
-        g64[static_cast<size_t>(c)] = storeAs(affine, hg, static_cast<size_t>(c), uni(rng));
-        b64[static_cast<size_t>(c)] = storeAs(affine, hb, static_cast<size_t>(c), uni(rng));
+        p.g64[static_cast<size_t>(c)] = storeAs(affine, p.hg, static_cast<size_t>(c), uni(rng));
+        p.b64[static_cast<size_t>(c)] = storeAs(affine, p.hb, static_cast<size_t>(c), uni(rng));
     }
-    std::vector<double> const ref = reference(x64, g64, b64, N, C, H, W, e.groups, e.epsilon, e.silu);
+    return p;
+}
 
-    // the build phase for this combination: configure, then the workspace of the profile
-    Io const io = makeIo(dims4(N, C, H, W), type, format, affine);
+std::vector<RefValue> referenceOf(HostProblem const& p, Expected const& e)
+{
+    return reference(p.x64, p.g64, p.b64, p.cs.n, p.cs.c, p.cs.h, p.cs.w, e.groups, e.epsilon, e.silu);
+}
+
+// Checks y (in the problem's layout, pad channels included) against the reference: every
+// element within the rule's tolerance, every pad channel +0.
+bool compareWithReference(
+    std::string const& what, HostProblem const& p, std::vector<RefValue> const& ref, bool silu, std::vector<uint8_t> const& hy)
+{
+    Case const& cs = p.cs;
+    size_t bad = 0, badPad = 0;
+    double worst = 0.0, worstOut = 0.0, worstRef = 0.0, worstTol = 0.0;
+    int64_t worstAt[4] = {0, 0, 0, 0};
+    for (int64_t n = 0; n < cs.n; ++n)
+        for (int64_t h = 0; h < cs.h; ++h)
+            for (int64_t w = 0; w < cs.w; ++w)
+            {
+                for (int64_t c = 0; c < p.stride; ++c)
+                {
+                    double const out = loadAs(p.type, hy, p.at(n, c, h, w));
+                    if (c >= cs.c)
+                    {
+                        badPad += out != 0.0 || std::signbit(out); // pad channels: +0
+                        continue;
+                    }
+                    RefValue const& r = ref[HostProblem::nchw(cs, n, c, h, w)];
+                    size_t const ch = static_cast<size_t>(c);
+                    double const tol = tolerance(r.y, errorTerms(r, p.g64[ch], p.b64[ch], silu), p.type);
+                    double const err = std::fabs(out - r.y);
+                    double const ratio = std::isnan(out) ? 1e30 : err / tol;
+                    if (ratio > 1.0)
+                    {
+                        ++bad;
+                    }
+                    if (ratio > worst)
+                    {
+                        worst = ratio;
+                        worstOut = out;
+                        worstRef = r.y;
+                        worstTol = tol;
+                        worstAt[0] = n;
+                        worstAt[1] = c;
+                        worstAt[2] = h;
+                        worstAt[3] = w;
+                    }
+                }
+            }
+    std::ostringstream detail;
+    detail << bad << " elements out of tolerance (worst at [" << worstAt[0] << "," << worstAt[1] << "," << worstAt[2]
+           << "," << worstAt[3] << "]: out " << std::setprecision(9) << worstOut << " vs ref " << worstRef << ", tol "
+           << std::setprecision(3) << worstTol << ", " << worst << "x the tolerance), " << badPad
+           << " pad channels not zero";
+    return check(bad == 0 && badPad == 0, what, detail.str());
+}
+
+// The build phase for the problem's combination: configurePlugin with a profile around its
+// shape (dynamic N/H/W), then the profile's workspace. False (and a failed check) on an error.
+bool buildPhase(std::string const& what, IPluginV3OneBuild* build, HostProblem const& p, size_t& workspaceBytes)
+{
+    int64_t const N = p.cs.n, C = p.cs.c, H = p.cs.h, W = p.cs.w;
+    Io const io = makeIo(dims4(N, C, H, W), p.type, p.format, p.affine);
     DynIo dyn = makeDynIo(io, dims4(std::min<int64_t>(N, 1), C, std::min<int64_t>(H, 1), std::min<int64_t>(W, 1)),
         dims4(N, C, H, W), dims4(N + 1, C, H + 3, W + 2), dims4(-1, C, -1, -1));
     gLogger.clear();
-    if (!check(build->configurePlugin(dyn.in, 3, dyn.out, 1) == 0, what + ": configurePlugin"))
+    if (!check(build->configurePlugin(dyn.in, 3, dyn.out, 1) == 0, what + ": configurePlugin",
+            gLogger.errors().empty() ? "" : gLogger.errors()[0]))
     {
-        return;
+        return false;
     }
-    size_t const workspaceBytes = build->getWorkspaceSize(dyn.in, 3, dyn.out, 1);
-    if (!check(gLogger.errors().empty(), what + ": getWorkspaceSize", gLogger.errors().empty() ? "" : gLogger.errors()[0]))
+    workspaceBytes = build->getWorkspaceSize(dyn.in, 3, dyn.out, 1);
+    return check(gLogger.errors().empty(), what + ": getWorkspaceSize", gLogger.errors().empty() ? "" : gLogger.errors()[0]);
+}
+
+// One enqueue of `runtime` for the problem, checked against the reference.
+// Several plugins (contexts) run the same problem concurrently on their own streams.
+void runEnqueue(std::string const& tag, std::vector<PluginHandle> const& contexts, IPluginV3OneBuild* build,
+    Expected const& e, HostProblem const& p, bool useGraph)
+{
+    Case const& cs = p.cs;
+    DataType const type = p.type;
+    TensorFormat const format = p.format;
+    std::string const what = tag + ": enqueue " + typeName(type) + " " + formatName(format) + " gamma/beta "
+        + typeName(p.affine) + " x=[" + std::to_string(cs.n) + "," + std::to_string(cs.c) + "," + std::to_string(cs.h)
+        + "," + std::to_string(cs.w) + "]" + (useGraph ? " in a CUDA graph" : "")
+        + (contexts.size() > 1 ? " on " + std::to_string(contexts.size()) + " contexts at once" : "");
+    int64_t const N = cs.n, C = cs.c, H = cs.h, W = cs.w;
+    size_t const es = elementSize(type);
+    size_t const elems = p.elems;
+    std::vector<RefValue> const ref = referenceOf(p, e);
+
+    Io const io = makeIo(dims4(N, C, H, W), type, format, p.affine);
+    size_t workspaceBytes = 0;
+    if (!buildPhase(what, build, p, workspaceBytes))
     {
         return;
     }
 
-    DeviceBuffer dx(hx.size()), dg(hg.size()), db(hb.size());
+    DeviceBuffer dx(p.hx.size()), dg(p.hg.size()), db(p.hb.size());
     std::vector<std::unique_ptr<DeviceBuffer>> dy, dws;
     std::vector<cudaStream_t> streams(contexts.size());
     bool ok = dx.ptr && dg.ptr && db.ptr;
-    ok = ok && cudaMemcpy(dx.ptr, hx.data(), hx.size(), cudaMemcpyHostToDevice) == cudaSuccess;
-    ok = ok && cudaMemcpy(dg.ptr, hg.data(), hg.size(), cudaMemcpyHostToDevice) == cudaSuccess;
-    ok = ok && cudaMemcpy(db.ptr, hb.data(), hb.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && cudaMemcpy(dx.ptr, p.hx.data(), p.hx.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && cudaMemcpy(dg.ptr, p.hg.data(), p.hg.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+    ok = ok && cudaMemcpy(db.ptr, p.hb.data(), p.hb.size(), cudaMemcpyHostToDevice) == cudaSuccess;
     for (size_t k = 0; k < contexts.size(); ++k)
     {
         dy.push_back(std::make_unique<DeviceBuffer>(elems * es));
@@ -1198,60 +1349,351 @@ void runEnqueue(std::string const& tag, std::vector<PluginHandle> const& context
         {
             return;
         }
-        size_t bad = 0, badPad = 0;
-        double worst = 0.0, worstOut = 0.0, worstRef = 0.0;
-        for (int64_t n = 0; n < N; ++n)
-            for (int64_t h = 0; h < H; ++h)
-                for (int64_t w = 0; w < W; ++w)
-                {
-                    for (int64_t c = 0; c < stride; ++c)
-                    {
-                        size_t const at = static_cast<size_t>(linear ? ((n * C + c) * H + h) * W + w
-                                                                     : ((n * H + h) * W + w) * stride + c);
-                        double const out = loadAs(type, hy, at);
-                        if (c >= C)
-                        {
-                            badPad += out != 0.0 || std::signbit(out); // pad channels: +0
-                            continue;
-                        }
-                        double const r = ref[static_cast<size_t>(((n * C + c) * H + h) * W + w)];
-                        double const err = std::fabs(out - r);
-                        double const ratio = std::isnan(out) ? 1e30 : err / tolerance(r, type);
-                        if (ratio > 1.0)
-                        {
-                            ++bad;
-                        }
-                        if (ratio > worst)
-                        {
-                            worst = ratio;
-                            worstOut = out;
-                            worstRef = r;
-                        }
-                    }
-                }
-        std::ostringstream detail;
-        detail << bad << " elements out of tolerance (worst: out " << worstOut << " vs ref " << worstRef << ", "
-               << worst << "x the tolerance), " << badPad << " pad channels not zero";
-        check(bad == 0 && badPad == 0,
+        compareWithReference(
             what + (contexts.size() > 1 ? " [context " + std::to_string(k) + "]" : "") + " matches the float64 reference",
-            detail.str());
+            p, ref, e.silu, hy);
     }
+}
+
+void runEnqueue(std::string const& tag, std::vector<PluginHandle> const& contexts, IPluginV3OneBuild* build,
+    Expected const& e, Case const& cs, DataType type, TensorFormat format, DataType affine, uint32_t seed,
+    bool useGraph)
+{
+    runEnqueue(tag, contexts, build, e, makeProblem(cs, type, format, affine, seed), useGraph);
+}
+
+// ---- host-side check of the accuracy rule against hand-computed values -------------------------
+// The values of tests/test_reference.py (test_error_terms_follow_the_analysis,
+// test_tolerance_is_half_an_ulp_plus_the_error_terms), so the two implementations agree.
+void checkAccuracyRule()
+{
+    auto near = [](double a, double b) { return std::fabs(a - b) <= 1e-12 * std::fabs(b); };
+    double const u = std::ldexp(1.0, -24);
+    // one group [3, 5]: xh = -1, 1 (first element -1), gamma 2, beta 0.5, eps 0
+    std::vector<double> const x = {3.0, 5.0}, gamma = {2.0}, beta = {0.5};
+    std::vector<RefValue> const none = reference(x, gamma, beta, 1, 1, 2, 1, 1, 0.0, false);
+    double const expected = u * ((3 + 40 * (2 + 1)) * 2.0 + 80 * 2 * 2.0 + 3 * 0.5) + std::ldexp(1.0, -126);
+    check(none[0].y == -1.5 && none[1].y == 2.5 && none[0].xh == -1.0 && none[1].xhFirst == -1.0 && none[1].z == 2.5,
+        "reference: y, xh, xh of the first element, z of a hand-computed group");
+    check(near(errorTerms(none[0], 2.0, 0.5, false), expected + 1.5 * std::ldexp(1.0, -62)),
+        "accuracy rule: error terms without activation");
+    std::vector<RefValue> const silu = reference(x, gamma, beta, 1, 1, 2, 1, 1, 0.0, true);
+    double const y1 = 2.5 / (1 + std::exp(-2.5));
+    check(near(silu[1].y, y1)
+            && near(errorTerms(silu[1], 2.0, 0.5, true),
+                1.1 * (expected - std::ldexp(1.0, -126)) + u * (4 + 2.5) * y1 + 2.5 * std::ldexp(1.0, -62)
+                    + std::ldexp(1.0, -126)),
+        "accuracy rule: error terms with SiLU");
+    check(tolerance(8.5, 0.0, DataType::kBF16) == 0.5 * 0.0625 && tolerance(1.0, 0.0, DataType::kBF16) == 0.5 * 0x1p-7
+            && tolerance(1000.0, 0.0, DataType::kHALF) == 0.5 * 0.5
+            && near(tolerance(0.0, 1e-6, DataType::kHALF), 1e-6 + 0.5 * 0x1p-24)
+            && tolerance(-3.0, 1e-6, DataType::kFLOAT) == 1e-6,
+        "accuracy rule: half an ulp of |y| + terms in 16 bits, the terms alone in fp32");
+}
+
+// ---- a random sample of the accepted input space ---------------------------------------------------
+// Fixed lists of shapes missed a two-pass NHWC failure on C not a multiple of the vector with
+// many groups: the plugin also runs a seeded random sample of shapes, groups, epsilons,
+// activations, gamma/beta types and input distributions, for every type x format.
+struct RandomOptions
+{
+    uint32_t seed{1};
+    int64_t casesPerCombo{60}; // per (type, format) of x
+};
+
+// N * C * H * W of a case at most: the CPU reference of the whole default sample takes seconds.
+constexpr int64_t kRandomElementBudget = int64_t{1} << 18;
+constexpr int64_t kRandomMaxC = 1024;
+constexpr int64_t kRandomMaxHW = 64;
+
+struct RandomCase
+{
+    Case cs;
+    int64_t groups;
+    float eps;
+    bool silu;
+    DataType affine;
+    InputSpec input;
+    uint32_t dataSeed;
+};
+
+// Case `index` of combination `combo`: a function of (seed, combo, index) alone, so a case
+// does not depend on how many cases run (the same binary reproduces it from --seed).
+RandomCase drawRandomCase(uint32_t seed, size_t combo, int64_t index, DataType type)
+{
+    std::seed_seq seq{seed, static_cast<uint32_t>(combo), static_cast<uint32_t>(index)};
+    std::mt19937 rng(seq);
+    auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+    auto unit = [&] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); };
+    RandomCase r{};
+    // C uniform in 1..1024 or log-uniform (small C: large groups of pixels); 2 in 3 not a
+    // multiple of 8, so that HWC8/HWC16 pad and the NHWC paths leave their 16-byte vectors.
+    int64_t c = unit() < 0.5 ? pick(1, kRandomMaxC)
+                             : static_cast<int64_t>(std::exp(unit() * std::log(static_cast<double>(kRandomMaxC) + 1.0)));
+    c = std::min<int64_t>(std::max<int64_t>(c, 1), kRandomMaxC);
+    if (unit() < 1.0 / 3.0)
+    {
+        c = (c + 7) / 8 * 8;
+    }
+    else if (c % 8 == 0)
+    {
+        c -= pick(1, 7);
+    }
+    std::vector<int64_t> divisors;
+    for (int64_t d = 1; d <= c; ++d)
+    {
+        if (c % d == 0)
+        {
+            divisors.push_back(d);
+        }
+    }
+    r.groups = divisors[static_cast<size_t>(pick(0, static_cast<int64_t>(divisors.size()) - 1))];
+    r.cs.n = pick(1, 4);
+    r.cs.c = c;
+    int64_t const maxPixels = kRandomElementBudget / (r.cs.n * c); // >= 16
+    r.cs.h = pick(1, kRandomMaxHW);
+    r.cs.w = pick(1, kRandomMaxHW);
+    if (r.cs.h * r.cs.w > maxPixels)
+    {
+        r.cs.h = pick(1, std::min(kRandomMaxHW, maxPixels));
+        r.cs.w = pick(1, std::min(kRandomMaxHW, maxPixels / r.cs.h));
+    }
+    r.silu = unit() < 0.5;
+    r.affine = type == DataType::kFLOAT || unit() < 0.5 ? type : DataType::kFLOAT;
+    float const epsilons[] = {0.F, 1e-6F, 1e-5F, 1e-3F, 0.1F};
+    r.eps = epsilons[pick(0, 4)];
+    r.input.scale = static_cast<float>(0.01 * std::pow(10.0, 4.0 * unit())); // 0.01 .. 100
+    r.input.offset = unit() < 0.5 ? 0.F : static_cast<float>(100.0 * unit() - 50.0);
+    r.dataSeed = static_cast<uint32_t>(rng());
+    return r;
+}
+
+// True when some group's stored values are all equal (one element, or inputs narrower than the
+// type's spacing): its variance is 0, and with eps = 0 the result is 0 * inf.
+bool hasConstantGroup(HostProblem const& p, int64_t groups)
+{
+    size_t const count = static_cast<size_t>(p.cs.c / groups * p.cs.h * p.cs.w);
+    for (size_t base = 0; count > 0 && base < p.x64.size(); base += count)
+    {
+        if (std::all_of(p.x64.begin() + static_cast<std::ptrdiff_t>(base),
+                p.x64.begin() + static_cast<std::ptrdiff_t>(base + count),
+                [&](double v) { return v == p.x64[base]; }))
+        {
+            return true;
+        }
+    }
+    return false;
+}
+
+// Each case through a plugin of its own (fields from ONNX attributes, build phase, the
+// serialized fields in the runtime phase, attachToContext), checked against the reference.
+// Without a GPU: the build phase of every case, and the reference rounded to the output type
+// (pad channels +0) checked with the same comparison, so the sample, the reference and the
+// rule run host-side too.
+void runRandomSample(IPluginCreatorV3One* creator, RandomOptions const& opt, bool haveGpu)
+{
+    int64_t total = 0, notMultipleOf8 = 0, largest = 0, elements = 0;
+    for (size_t combo = 0; combo < kXCOMBOS.size(); ++combo)
+    {
+        DataType const type = kXCOMBOS[combo].first;
+        TensorFormat const format = kXCOMBOS[combo].second;
+        for (int64_t k = 0; k < opt.casesPerCombo; ++k)
+        {
+            RandomCase rc = drawRandomCase(opt.seed, combo, k, type);
+            HostProblem const p = makeProblem(rc.cs, type, format, rc.affine, rc.dataSeed, rc.input);
+            if (rc.eps == 0.F && hasConstantGroup(p, rc.groups))
+            {
+                rc.eps = 1e-5F;
+            }
+            ++total;
+            notMultipleOf8 += rc.cs.c % 8 != 0;
+            largest = std::max(largest, rc.cs.n * rc.cs.c * rc.cs.h * rc.cs.w);
+            elements += rc.cs.n * rc.cs.c * rc.cs.h * rc.cs.w;
+
+            std::ostringstream tag;
+            tag << "random case " << k << " of " << typeName(type) << " " << formatName(format) << " (--seed=" << opt.seed
+                << "): G=" << rc.groups << " act=" << (rc.silu ? names::kACTIVATION_SILU : names::kACTIVATION_NONE)
+                << " eps=" << rc.eps << " x~normal(offset " << rc.input.offset << ", scale " << rc.input.scale << ")";
+            Expected const e{names::kPLUGIN_NAME, names::kPLUGIN_VERSION, names::kPLUGIN_NAMESPACE, rc.groups, rc.eps,
+                rc.silu, false};
+            ParserFields fields(*creator,
+                std::map<std::string, OnnxAttr>{{names::kFIELD_NUM_GROUPS, attrInt(rc.groups)},
+                    {names::kFIELD_EPSILON, attrFloat(rc.eps)},
+                    {names::kFIELD_ACTIVATION,
+                        attrString(rc.silu ? names::kACTIVATION_SILU : names::kACTIVATION_NONE)}});
+            gLogger.clear();
+            std::unique_ptr<IPluginV3> built(creator->createPlugin("gn_random", fields.get(), TensorRTPhase::kBUILD));
+            if (!check(built != nullptr, tag.str() + ": createPlugin (build phase)",
+                    gLogger.errors().empty() ? "" : gLogger.errors()[0]))
+            {
+                continue;
+            }
+            PluginHandle const b = open(built.get());
+            if (!haveGpu)
+            {
+                std::string const what = tag.str() + ": " + typeName(type) + " " + formatName(format) + " gamma/beta "
+                    + typeName(rc.affine) + " x=[" + std::to_string(rc.cs.n) + "," + std::to_string(rc.cs.c) + ","
+                    + std::to_string(rc.cs.h) + "," + std::to_string(rc.cs.w) + "]";
+                size_t workspaceBytes = 0;
+                buildPhase(what, b.build, p, workspaceBytes);
+                std::vector<RefValue> const ref = referenceOf(p, e);
+                std::vector<uint8_t> hy(p.elems * elementSize(type), 0); // all-zero bytes: +0 in every type
+                for (int64_t n = 0; n < p.cs.n; ++n)
+                    for (int64_t c = 0; c < p.cs.c; ++c)
+                        for (int64_t h = 0; h < p.cs.h; ++h)
+                            for (int64_t w = 0; w < p.cs.w; ++w)
+                            {
+                                storeAs(type, hy, p.at(n, c, h, w),
+                                    static_cast<float>(ref[HostProblem::nchw(p.cs, n, c, h, w)].y));
+                            }
+                compareWithReference(
+                    what + ": the reference rounded to the output type is within the tolerance", p, ref, rc.silu, hy);
+                continue;
+            }
+            gLogger.clear();
+            std::unique_ptr<IPluginV3> runtimePlugin(
+                creator->createPlugin("gn_random", b.runtime->getFieldsToSerialize(), TensorRTPhase::kRUNTIME));
+            if (!check(runtimePlugin != nullptr, tag.str() + ": createPlugin (runtime phase)",
+                    gLogger.errors().empty() ? "" : gLogger.errors()[0]))
+            {
+                continue;
+            }
+            HarnessErrorRecorder recorder;
+            HarnessResourceContext context(&recorder);
+            std::unique_ptr<IPluginV3> attached(open(runtimePlugin.get()).runtime->attachToContext(&context));
+            if (!check(attached != nullptr, tag.str() + ": attachToContext"))
+            {
+                continue;
+            }
+            runEnqueue(tag.str(), {open(attached.get())}, b.build, e, p, false);
+        }
+    }
+    std::printf("random sample: seed %u, %lld cases per type x format (%zu combinations), C not a multiple of 8 in "
+                "%lld of %lld, %lld elements in all, at most %lld a case%s\n",
+        opt.seed, static_cast<long long>(opt.casesPerCombo), kXCOMBOS.size(), static_cast<long long>(notMultipleOf8),
+        static_cast<long long>(total), static_cast<long long>(elements), static_cast<long long>(largest),
+        haveGpu ? "" : " (no GPU: build phase and reference only)");
 }
 
 } // namespace
 
+namespace
+{
+// A decimal integer in [0, max], all of `text`.
+bool parseCount(char const* text, uint64_t max, uint64_t& value)
+{
+    if (text == nullptr || *text < '0' || *text > '9')
+    {
+        return false;
+    }
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long const v = std::strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+    {
+        return false;
+    }
+    value = v;
+    return true;
+}
+
+int usage(char const* argv0, std::string const& problem)
+{
+    if (!problem.empty())
+    {
+        std::fprintf(stderr, "%s: %s\n", argv0, problem.c_str());
+    }
+    std::fprintf(stderr,
+        "usage: %s [--seed=S] [--random-cases=K] /path/to/%s\n"
+        "  --seed=S          seed of the random sample of shapes (default 1; env TRT_GN_CONFORMANCE_SEED)\n"
+        "  --random-cases=K  random cases per type x format of x (default 60, 0 = none;\n"
+        "                    env TRT_GN_CONFORMANCE_RANDOM_CASES)\n"
+        "Options override the environment; a failing random case prints its parameters and seed.\n",
+        argv0, names::kPLUGIN_LIBRARY);
+    return 2;
+}
+} // namespace
+
 int main(int argc, char** argv)
 {
-    if (argc != 2)
+    RandomOptions randomOptions;
+    uint64_t value = 0;
+    if (char const* env = std::getenv("TRT_GN_CONFORMANCE_SEED"))
     {
-        std::fprintf(stderr, "usage: %s /path/to/%s\n", argv[0], names::kPLUGIN_LIBRARY);
-        return 2;
+        if (!parseCount(env, UINT32_MAX, value))
+        {
+            return usage(argv[0], std::string("TRT_GN_CONFORMANCE_SEED must be an integer in [0, 2^32), got '") + env + "'");
+        }
+        randomOptions.seed = static_cast<uint32_t>(value);
     }
+    if (char const* env = std::getenv("TRT_GN_CONFORMANCE_RANDOM_CASES"))
+    {
+        if (!parseCount(env, 1000000, value))
+        {
+            return usage(
+                argv[0], std::string("TRT_GN_CONFORMANCE_RANDOM_CASES must be an integer in [0, 1e6], got '") + env + "'");
+        }
+        randomOptions.casesPerCombo = static_cast<int64_t>(value);
+    }
+    char const* libraryPath = nullptr;
+    for (int i = 1; i < argc; ++i)
+    {
+        std::string const arg = argv[i];
+        // --name=value or --name value
+        auto option = [&](std::string const& name, char const*& text) {
+            if (arg == name && i + 1 < argc)
+            {
+                text = argv[++i];
+                return true;
+            }
+            if (arg.compare(0, name.size() + 1, name + "=") == 0)
+            {
+                text = argv[i] + name.size() + 1;
+                return true;
+            }
+            return false;
+        };
+        char const* text = nullptr;
+        if (arg == "-h" || arg == "--help")
+        {
+            usage(argv[0], "");
+            return 0;
+        }
+        else if (option("--seed", text))
+        {
+            if (!parseCount(text, UINT32_MAX, value))
+            {
+                return usage(argv[0], "--seed must be an integer in [0, 2^32), got '" + std::string(text) + "'");
+            }
+            randomOptions.seed = static_cast<uint32_t>(value);
+        }
+        else if (option("--random-cases", text))
+        {
+            if (!parseCount(text, 1000000, value))
+            {
+                return usage(argv[0], "--random-cases must be an integer in [0, 1e6], got '" + std::string(text) + "'");
+            }
+            randomOptions.casesPerCombo = static_cast<int64_t>(value);
+        }
+        else if (arg.compare(0, 1, "-") == 0 || libraryPath != nullptr)
+        {
+            return usage(argv[0], "unexpected argument '" + arg + "'");
+        }
+        else
+        {
+            libraryPath = argv[i];
+        }
+    }
+    if (libraryPath == nullptr)
+    {
+        return usage(argv[0], "no plugin library given");
+    }
+    checkAccuracyRule();
     // Load as TensorRT's loadLibrary() does: dlopen, then the two entry points.
-    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen(libraryPath, RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr)
     {
-        std::fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror());
+        std::fprintf(stderr, "cannot load %s: %s\n", libraryPath, dlerror());
         return 2;
     }
     using GetCreators = IPluginCreatorInterface* const* (*) (int32_t&);
@@ -1593,6 +2035,8 @@ int main(int argc, char** argv)
         delete attachedB;
         delete runtimePlugin;
     }
+
+    runRandomSample(mainCreator, randomOptions, haveGpu);
 
     if (!haveGpu)
     {

@@ -1,0 +1,339 @@
+"""Random GroupNorm(+SiLU) cases over the whole accepted input space, on a CUDA GPU, each checked
+against the float64 reference (trt_gn.reference) through the kernels library's raw C ABI:
+
+    python -m trt_gn.fuzz --cases 10000 --seed 1
+    python -m trt_gn.fuzz --case "2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1,3,7"   # one case again
+
+Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
+reached: the summary gives cases and failures per path, dtype and layout, and the run fails when
+a path ran on fewer than --min-per-path cases of a dtype and layout. Outputs are NaN-poisoned
+before each launch (an unwritten element fails), and NaN/Inf positions must match exactly.
+Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments or no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+DTYPES = ("fp32", "fp16", "bf16")
+LAYOUTS = ("nhwc", "nchw")
+AFFINES = ("x", "fp32", "none")  # gamma/beta in x's dtype, in fp32, or absent
+ACTIVATIONS = ("silu", "none")
+EPSILONS = (0.0, 1e-6, 1e-5, 1e-3, 0.1)
+PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
+# What each drawn case aims at: the size and channel counts that make a path likely. The plan the
+# library picks is what counts; the aims only spread the cases over every path's region.
+AIMS = ("clusters", "grid", "stream", "two-pass", "any")
+MAX_C, MAX_N, MAX_HW = 4096, 64, 512
+MAX_ELEMENTS = 1 << 26  # 256 MB of fp32; the reference needs about 10x that in float64
+
+
+@dataclass(frozen=True)
+class Case:
+    n: int
+    c: int
+    h: int
+    w: int
+    groups: int
+    dtype: str
+    layout: str
+    affine: str
+    activation: str
+    eps: float
+    scale: float
+    offset: float
+    seed: int
+    special: str = "-"  # "-", "nan" or "inf": one such element at a random place
+
+    def spec(self) -> str:
+        """The one-line form --case takes."""
+        fields = (self.n, self.c, self.h, self.w, self.groups, self.dtype, self.layout, self.affine,
+                  self.activation, repr(self.eps), repr(self.scale), repr(self.offset), self.seed, self.special)
+        return ",".join(str(f) for f in fields)
+
+    @property
+    def elements(self) -> int:
+        return self.n * self.c * self.h * self.w
+
+
+def parse_case(text: str) -> Case:
+    """A Case from Case.spec()'s form (the last field, special, may be left out)."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) not in (13, 14):
+        raise ValueError(f"a case has 13 or 14 comma-separated fields (N,C,H,W,G,dtype,layout,affine,act,eps,"
+                         f"scale,offset,seed[,special]), got {len(parts)}")
+    n, c, h, w, g = (int(p) for p in parts[:5])
+    case = Case(n, c, h, w, g, parts[5], parts[6], parts[7], parts[8], float(parts[9]), float(parts[10]),
+                float(parts[11]), int(parts[12]), parts[13] if len(parts) == 14 else "-")
+    for value, allowed, what in ((case.dtype, DTYPES, "dtype"), (case.layout, LAYOUTS, "layout"),
+                                 (case.affine, AFFINES, "affine"), (case.activation, ACTIVATIONS, "activation"),
+                                 (case.special, ("-", "nan", "inf"), "special")):
+        if value not in allowed:
+            raise ValueError(f"{what} {value!r} is not one of {allowed}")
+    if min(n, c, h, w, g) <= 0 or c % g:
+        raise ValueError(f"sizes must be > 0 and G must divide C: N={n} C={c} H={h} W={w} G={g}")
+    return case
+
+
+class RandomPick:
+    """The drawing interface of draw_case over random.Random (the fuzz command)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.rng.randint(lo, hi)
+
+    def choice(self, options):
+        return options[self.rng.randrange(len(options))]
+
+    def unit(self) -> float:
+        return self.rng.random()
+
+
+def _log_int(pick, lo: int, hi: int) -> int:
+    """An integer in [lo, hi], log-uniform (small sizes as likely per octave as large ones)."""
+    if hi <= lo:
+        return lo
+    return min(hi, max(lo, int(math.exp(math.log(lo) + pick.unit() * (math.log(hi + 1) - math.log(lo))))))
+
+
+def _divisors(c: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(c) + 1) if c % d == 0]
+    return sorted(set(small + [c // d for d in small]))
+
+
+def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dtype: str | None = None,
+              layout: str | None = None) -> Case:
+    """One random case. `pick` draws integers, choices and unit floats (RandomPick, or the
+    hypothesis adapter of the GPU tests), so the fuzz command and the property tests share one
+    definition of the input space: any N <= 64, H, W <= 512, C <= 4096, G any divisor of C, every
+    dtype, layout, affine kind, activation, eps (0 included), input scale and offset."""
+    # max_elements >= MAX_C: one pixel of any C fits.
+    aim = aim or pick.choice(AIMS)
+    dtype = dtype or pick.choice(DTYPES)
+    layout = layout or pick.choice(LAYOUTS)
+    # Channels: multiples of 8 fill 16-byte vectors in every dtype (the single-pass paths);
+    # any other C takes two passes in NHWC, and NCHW then depends on H*W.
+    if aim == "two-pass" and pick.unit() < 0.7:
+        c = _log_int(pick, 1, MAX_C)
+        while c % 8 == 0:
+            c = _log_int(pick, 1, MAX_C)
+    elif aim in ("clusters", "grid", "stream") or pick.unit() < 0.5:
+        c = 8 * _log_int(pick, 1, (2048 if aim in ("grid", "stream") else MAX_C) // 8)
+    else:
+        c = _log_int(pick, 1, MAX_C)
+    divisors = _divisors(c)
+    grid_nchw = aim in ("grid", "stream") and layout == "nchw"
+    if grid_nchw:  # the NCHW grids take one (image, group) a block or more: N * G <= the SMs
+        divisors = [d for d in divisors if d <= 32] or [1]
+    groups = pick.choice(divisors)
+    # Elements: the single-pass paths by size (clusters to a few MB, the on-chip grid to what
+    # the SMs' shared memory holds, streaming beyond), two passes at any size.
+    lo, hi = {"clusters": (1, 1 << 20), "grid": (1 << 20, 3 << 22), "stream": (1 << 24, 1 << 26)}.get(aim, (1, 1 << 26))
+    hi = min(hi, max_elements)
+    lo = min(lo, hi)
+    target = _log_int(pick, lo, hi)
+    # N, then H, drawn from the values that still reach the target under the bounds on H and W.
+    pixels = max(1, target // c)
+    n_max = min(MAX_N, pixels, 4 if grid_nchw or aim == "grid" else MAX_N)
+    n = _log_int(pick, min(n_max, -(-pixels // (MAX_HW * MAX_HW))), n_max)
+    per_image = max(1, pixels // n)
+    h_max = min(MAX_HW, per_image)
+    h = _log_int(pick, min(h_max, -(-per_image // MAX_HW)), h_max)
+    w = min(MAX_HW, max(1, per_image // h))
+    if layout == "nchw" and aim != "two-pass" and pick.unit() < 0.8 and w >= 8:
+        w -= w % 8  # H*W a multiple of the vector width: NCHW's single-pass paths
+    assert n * c * h * w <= max_elements
+    eps = pick.choice(EPSILONS)
+    scale = 10.0 ** (pick.unit() * 4 - 2)  # 1e-2 .. 1e2
+    offset_kind = pick.choice(("zero", "scaled", "absolute"))
+    offset = 0.0 if offset_kind == "zero" else (pick.unit() * 200 - 100) * (scale if offset_kind == "scaled" else 1.0)
+    special = pick.choice(("-",) * 30 + ("nan", "inf"))
+    return Case(n, c, h, w, groups, dtype, layout, pick.choice(AFFINES), pick.choice(ACTIVATIONS), eps,
+                round(scale, 6), round(offset, 4), pick.integer(0, 2**31 - 1), special)
+
+
+# ------------------------------------------------------------------------------ running ----
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def make_inputs(case: Case, device="cuda"):
+    """x (in the case's layout), weight, bias, all from the case's seed."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    dtype = _torch_dtype(case.dtype)
+    x = torch.randn((case.n, case.c, case.h, case.w), device=device, generator=gen)
+    x = (x * case.scale + case.offset).to(dtype)
+    if case.special != "-":
+        flat = int(torch.randint(0, x.numel(), (1,), device=device, generator=gen))
+        x.view(-1)[flat] = float("nan") if case.special == "nan" else float("inf")
+    x = x.contiguous(memory_format=torch.channels_last) if case.layout == "nhwc" else x.contiguous()
+    weight = bias = None
+    if case.affine != "none":
+        wd = dtype if case.affine == "x" else torch.float32
+        weight = (1 + 0.25 * torch.randn(case.c, device=device, generator=gen)).to(wd)
+        bias = (0.5 * torch.randn(case.c, device=device, generator=gen)).to(wd)
+    return x, weight, bias
+
+
+def plan_of(case: Case) -> dict:
+    """The plan a case runs, from trtgn_describe_plan on the current device, without buffers: the
+    data pointers are stand-ins with the alignment of fresh torch allocations (nothing is read)."""
+    from . import _lib
+    from .ops import ABI_DTYPE
+
+    dtype = _torch_dtype(case.dtype)
+    affine = {"x": dtype, "fp32": _torch_dtype("fp32"), "none": dtype}[case.affine]
+    fake = 1 << 30  # 512-byte aligned, like the caching allocator's blocks
+    params = _lib.Params(
+        x=fake, y=fake * 2, n=case.n, c=case.c, h=case.h, w=case.w, num_groups=case.groups, channel_stride=case.c,
+        layout=_lib.Layout.NHWC if case.layout == "nhwc" else _lib.Layout.NCHW, dtype=ABI_DTYPE[dtype],
+        activation=_lib.ACTIVATION_BY_NAME[case.activation], epsilon=case.eps,
+        gamma=fake * 3 if case.affine != "none" else None, beta=fake * 4 if case.affine != "none" else None,
+        affine_dtype=ABI_DTYPE[affine])
+    return _lib.describe_plan(params)
+
+
+def run_case(case: Case) -> tuple[dict, str | None]:
+    """Launch one case through the raw ABI into a NaN-poisoned output and check it.
+
+    Returns (plan, None) when the output matches the reference, (plan, message) otherwise.
+    """
+    import torch
+
+    from . import _lib
+    from .ops import abi_params
+    from .reference import assert_close, group_norm_act_reference
+
+    x, weight, bias = make_inputs(case)
+    y = torch.empty_like(x).fill_(float("nan"))
+    params = abi_params(x, y, weight, bias, case.groups, case.eps, case.activation, layout=case.layout)
+    plan = _lib.describe_plan(params)
+    nbytes = _lib.workspace_size(params)
+    # Garbage in the workspace: its content on entry must not matter.
+    workspace = torch.randint(0, 256, (max(nbytes, 1),), dtype=torch.uint8, device=x.device)
+    _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+    ref = group_norm_act_reference(x, weight, bias, case.groups, case.eps, case.activation)
+    try:
+        assert_close(y, ref, x.dtype)
+    except AssertionError as exc:
+        return plan, str(exc)
+    finally:
+        del ref
+    return plan, None
+
+
+def coverage_gaps(counts: Counter, minimum: int) -> list[str]:
+    """'path dtype layout: k' for every path x dtype x layout that ran fewer than `minimum` cases."""
+    return [f"{path} {dtype} {layout}: {counts[(path, dtype, layout)]}"
+            for path in PATHS for dtype in DTYPES for layout in LAYOUTS
+            if counts[(path, dtype, layout)] < minimum]
+
+
+def _table(ran: Counter, failed: Counter) -> str:
+    lines = ["| path | dtype | nhwc ran | nhwc failed | nchw ran | nchw failed |", "|---|---|---|---|---|---|"]
+    for path in PATHS:
+        for dtype in DTYPES:
+            cells = []
+            for layout in LAYOUTS:
+                key = (path, dtype, layout)
+                cells += [str(ran[key]), str(failed[key])]
+            lines.append(f"| {path} | {dtype} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trt_gn.fuzz",
+        description="Random GroupNorm(+SiLU) cases over the accepted input space, checked on a CUDA GPU "
+                    "against the float64 reference; the plan of each case proves which paths ran.",
+        epilog="examples: python -m trt_gn.fuzz --cases 10000 --seed 1;  "
+               "python -m trt_gn.fuzz --case '2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1.0,3.0,7'")
+    parser.add_argument("--cases", type=int, default=10000, help="random cases to run (default: 10000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the case generator (default: 0)")
+    parser.add_argument("--case", action="append", default=[], metavar="SPEC",
+                        help="run this case (as printed in a failure's reproduction) instead of random ones; repeatable")
+    parser.add_argument("--min-per-path", type=int, default=None, metavar="K",
+                        help="fail unless every path x dtype x layout ran at least K cases "
+                             "(default: 5 from 5000 cases, else 0)")
+    parser.add_argument("--max-elements", type=int, default=MAX_ELEMENTS,
+                        help=f"largest tensor drawn, in elements (default: {MAX_ELEMENTS})")
+    parser.add_argument("--show", type=int, default=10, help="failures printed in full (default: 10)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    prog = parser.prog
+    if args.cases < 0 or args.show < 0 or args.max_elements < MAX_C:
+        print(f"{prog}: error: --cases and --show must be >= 0, --max-elements >= {MAX_C}", file=sys.stderr)
+        return 2
+    try:
+        fixed = [parse_case(text) for text in args.case]
+    except ValueError as exc:
+        print(f"{prog}: error: --case: {exc}", file=sys.stderr)
+        return 2
+
+    import torch
+
+    from . import _lib
+    if not torch.cuda.is_available():
+        print(f"{prog}: error: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
+        return 2
+    try:
+        _lib.load()
+    except (_lib.LibraryNotFoundError, OSError, ImportError) as exc:
+        print(f"{prog}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    minimum = args.min_per_path if args.min_per_path is not None else (5 if not fixed and args.cases >= 5000 else 0)
+
+    rng = random.Random(args.seed)
+    cases = fixed or [draw_case(RandomPick(rng), max_elements=args.max_elements) for _ in range(args.cases)]
+    print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {_lib.library_path()}"
+          + ("" if fixed else f", seed {args.seed}"), flush=True)
+    ran, failed, kernels = Counter(), Counter(), Counter()
+    failures: list[tuple[Case, dict, str]] = []
+    t0 = last = time.monotonic()
+    for i, case in enumerate(cases):
+        try:
+            plan, message = run_case(case)
+        except _lib.TrtGnError as exc:
+            plan, message = {"path": "error"}, str(exc)
+        key = (plan.get("path", "?"), case.dtype, case.layout)
+        ran[key] += 1
+        kernels[f"{plan.get('kernel', '?')}/vec{plan.get('vec', '?')}"] += 1
+        if message is not None:
+            failed[key] += 1
+            failures.append((case, plan, message))
+            if len(failures) <= args.show:
+                print(f"FAIL {case.spec()} [{plan.get('path')} {plan.get('kernel', '')}]: {message}", flush=True)
+        now = time.monotonic()
+        if not args.quiet and now - last > 10:
+            print(f"  {i + 1}/{len(cases)} cases, {len(failures)} failed, {now - t0:.0f} s", flush=True)
+            last = now
+    elapsed = time.monotonic() - t0
+    print(_table(ran, failed))
+    print("kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
+    if failures:
+        print(f"first failures (reproduce with python -m trt_gn.fuzz --case '<spec>'):")
+        for case, plan, message in failures[: args.show]:
+            print(f"  {case.spec()}  [{plan.get('path')}]  {message.splitlines()[0][:200]}")
+    gaps = coverage_gaps(ran, minimum) if minimum else []
+    if gaps:
+        print(f"paths that ran fewer than {minimum} cases: " + "; ".join(gaps))
+    print(f"{len(cases) - len(failures)} passed, {len(failures)} failed in {elapsed:.1f} s")
+    return 1 if failures or gaps else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
