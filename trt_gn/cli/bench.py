@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 
-
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the option help (where an option has one to show), the examples kept as written."""
 
