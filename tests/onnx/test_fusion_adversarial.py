@@ -258,3 +258,27 @@ def test_torchscript_export_with_and_without_constant_folding(tmp_path, folding)
     _assert_same_numbers(ref, out)
     with torch.no_grad():
         np.testing.assert_allclose(out[0], model(torch.from_numpy(feeds["x"])).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_inferred_shapes_do_not_stay_in_the_model(tmp_path):
+    # The pass infers shapes to prove what it fuses; the model it returns carries only the shapes
+    # it had (a TorchScript export: none but the graph's inputs and outputs).
+    import onnx_ir as ir
+
+    from trt_gn.onnx import fuse_model
+
+    torch.manual_seed(0)
+    src = tmp_path / "ts.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TwoGroupNorms().eval(), (torch.randn(2, 8, 4, 4),), str(src), dynamo=False,
+                          opset_version=17, input_names=["x"], dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}})
+    model = ir.load(src)
+
+    def shaped() -> set[str]:  # intermediate values with a shape
+        return {v.name for n in model.graph for v in n.outputs if v.shape is not None and not v.is_graph_output()}
+
+    assert shaped() == set()
+    report = fuse_model(model)
+    assert len(report.fused) == 2
+    assert shaped() == set()

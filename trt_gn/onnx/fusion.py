@@ -826,11 +826,15 @@ def _annotate_inferred_shapes(model: ir.Model) -> list[ir.Value]:
     return annotated
 
 
-def _remove_annotations(annotated) -> None:
-    for value, typed in annotated:
-        value.shape = None
-        if typed:
-            value.type = None
+def _remove_annotations(graph: ir.Graph, annotated) -> None:
+    # By name: a replaced subgraph's output value passes its name, type and shape to the new node's.
+    typed = {value.name: was_typed for value, was_typed in annotated}
+    for node in graph:
+        for value in node.outputs:
+            if value.name in typed:
+                value.shape = None
+                if typed[value.name]:
+                    value.type = None
 
 
 def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[int, int], None] | None = None) -> FusionReport:
@@ -851,7 +855,7 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
     try:
         _fuse_graph(graph, opset, report, namer, progress)
     finally:
-        _remove_annotations(annotated)
+        _remove_annotations(graph, annotated)
     if report.fused:
         model.opset_imports[spec.ONNX_DOMAIN] = 1
         if function:
