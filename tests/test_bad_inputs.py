@@ -618,3 +618,15 @@ def test_export_opset_the_converter_cannot_reach_is_an_error(tmp_path):
                                     "(its version converter failed)")
     assert raised.value.exit_code == errors.EXIT_FAILED
     assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    """--debug (on every subcommand) adds the traceback before the same one-line error."""
+    proc = subprocess.run([sys.executable, "-m", "trt_gn.cli", "fuse", "missing.onnx", "out.onnx", "--debug"],
+                          cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == errors.EXIT_BAD_INPUT
+    assert proc.stderr.startswith("Traceback (most recent call last):")
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-2:] == ["trt-gn fuse: error: missing.onnx: no such file",
+                          "  hint: pass an .onnx model file (with its external data files next to it)"]
+    assert list(tmp_path.iterdir()) == []
