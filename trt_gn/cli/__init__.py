@@ -78,16 +78,17 @@ def main(argv: list[str] | None = None) -> int:
             _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
         return int(args.func(args) or 0)
     except errors.Error as exc:
-        code, message, hint = exc.exit_code, exc.message, exc.hint
-    except KeyboardInterrupt:
-        code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
+        caught, (code, message, hint) = exc, (exc.exit_code, exc.message, exc.hint)
+    except KeyboardInterrupt as exc:
+        caught, (code, message, hint) = exc, (errors.EXIT_INTERRUPTED, "interrupted; nothing was written", "")
     except Exception as exc:
+        caught = exc
         if not interrupts.seen:
             code, message, hint = _unexpected(exc)
         else:
             code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
     if debug:
-        traceback.print_exc()
+        traceback.print_exception(caught)
     print_error(prog, message, hint)
     return code
 
