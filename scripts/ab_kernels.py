@@ -239,7 +239,7 @@ def time_cases(cases: list[tuple[str, str, str]], replays: int) -> None:
             x = x.contiguous(memory_format=torch.channels_last)
         y = torch.full_like(x, float("nan"))  # an element left unwritten fails the check
         y_copy = torch.empty_like(x)
-        us = bench.time_per_launch_us(bench._kernel_launcher(x, y, weight, bias, shape, layout), replays)
+        us = bench.time_per_launch_us(bench.kernel_launcher(x, y, weight, bias, shape, layout), replays)
         copy_us = bench.time_per_launch_us(lambda: y_copy.copy_(x), replays)
         try:
             assert_close(y, group_norm_act_reference(x, weight, bias, shape.groups, shape.eps, "silu"), dtype)

@@ -243,3 +243,35 @@ def test_params_struct_layout_matches_header(tmp_path):
     out = dict(line.split() for line in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.splitlines())
     assert int(out.pop("sizeof")) == ctypes.sizeof(Params)
     assert {k: int(v) for k, v in out.items()} == {f: getattr(Params, f).offset for f in fields}
+
+
+def describe(lib, params, size=512) -> tuple[int, str, str]:
+    buf = ctypes.create_string_buffer(size) if size else None
+    status = lib.trtgn_describe_plan(ctypes.byref(params) if params is not None else None, buf, size)
+    return status, lib.trtgn_last_error_message().decode(), buf.value.decode() if buf else ""
+
+
+@pytest.mark.parametrize("overrides,status,message", PARAM_CASES, ids=[m for _, _, m in PARAM_CASES])
+def test_describe_plan_validates_like_the_launch(kernels_lib, overrides, status, message):
+    assert describe(kernels_lib, valid_params(**overrides)) == (status, message, "")
+
+
+def test_describe_plan_arguments_and_empty_tensor(kernels_lib):
+    assert describe(kernels_lib, valid_params(), size=0)[:2] == (Status.INVALID_ARGUMENT, "buffer is NULL or size is 0")
+    assert describe(kernels_lib, None)[:2] == (Status.INVALID_ARGUMENT, "params is NULL")
+    assert describe(kernels_lib, valid_params(x=None))[:2] == (Status.INVALID_ARGUMENT, "x is NULL")
+    assert describe(kernels_lib, valid_params(y=None))[:2] == (Status.INVALID_ARGUMENT, "y is NULL")
+    # An empty tensor has no plan and needs no device; a short buffer is an error, left empty.
+    assert describe(kernels_lib, valid_params(h=0)) == (Status.SUCCESS, "", "path=none")
+    assert describe(kernels_lib, valid_params(h=0), size=9) == (
+        Status.INVALID_ARGUMENT, "buffer of 9 bytes is too small: 10 needed", "")
+    assert _lib.describe_plan(valid_params(n=0)) == {"path": "none"}
+
+
+def test_describe_plan_without_gpu_is_a_cuda_error(kernels_lib):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: tests/gpu checks the plans")
+    status, message, text = describe(kernels_lib, valid_params())
+    assert status == Status.CUDA_ERROR and message.startswith("CUDA error: ") and text == ""
+    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
+        _lib.describe_plan(valid_params())

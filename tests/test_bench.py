@@ -208,7 +208,7 @@ def test_table_csv_and_plot_with_the_compiled_variants(tmp_path):
     # the existing columns first, in their order, the new ones after them
     assert list(read[0])[:14] == ["shape", "n", "c", "h", "w", "groups", "eps", "dtype", "impl", "us_per_launch",
                                   "ratio_to_copy", "max_abs_err", "max_rel_err", "round_spread"]
-    assert list(read[0])[14:] == ["best_peer", "speedup_vs_best_peer"]
+    assert list(read[0])[14:] == ["best_peer", "speedup_vs_best_peer", "plan"]
     nhwc = next(r for r in read if r["impl"] == "trt_gn NHWC" and r["dtype"] == "fp16")
     assert nhwc["best_peer"] == "torch.compile channels_last" and float(nhwc["speedup_vs_best_peer"]) == 1.5
     compiled = next(r for r in read if r["impl"] == "torch.compile NCHW")
@@ -327,3 +327,26 @@ def test_compiled_group_norm_act_inductor_on_cpu():
         assert_close(y, group_norm_act_reference(x, weight, bias, 32, 1e-5, "silu"), torch.float32)
     finally:
         torch._dynamo.reset()
+
+
+def test_plan_column_and_summary():
+    rows = _peer_rows(ALL_IMPLS)
+    for r in rows:
+        if r.impl == bench.OURS["nhwc"]:
+            r.plan = bench.plan_summary({"path": "two-pass", "vec": 1})
+        elif r.impl == bench.OURS["nchw"]:
+            r.plan = bench.plan_summary({"path": "clusters", "cluster": 2, "vpt": 4, "split": 1})
+    bench.annotate_best_peer(rows)
+    from rich.console import Console
+
+    console = Console(width=500, record=True)
+    console.print(bench.render_table(rows))
+    lines = console.export_text().splitlines()
+    header = next(line for line in lines if "shape" in line and "dtype" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]][-1] == "trt_gn plan (NHWC / NCHW)"
+    cells = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "vae-dec-512x128" in line]
+    assert cells[0][-1] == "two passes, vec 1 / clusters of 2, 4 vec/thread"
+    assert bench.plan_summary({"path": "on-chip-grid", "slices": 4}) == "on-chip grid, 4 slices"
+    assert bench.plan_summary({"path": "clusters", "cluster": 1, "vpt": 2, "split": 2}) == \
+        "clusters of 1, 2 vec/thread x2 blocks"
+    assert bench.plan_summary({"path": "streaming-grid", "slices": 1}) == "streaming grid"

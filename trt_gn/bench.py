@@ -74,6 +74,7 @@ class Row:
     round_spread: float | None = None  # slowest round / fastest round - 1
     best_peer: str | None = None  # trt_gn rows: the fastest PyTorch variant of this (shape, dtype)
     speedup_vs_best_peer: float | None = None  # trt_gn rows: best peer's time / this time
+    plan: str | None = None  # trt_gn rows: the path the library ran (plan_summary)
 
 
 def _torch_dtype(name: str):
@@ -115,7 +116,7 @@ def time_per_launch_us(fn, replays: int, launches: int = LAUNCHES, warmup: int =
     return statistics.median(times_ms) * 1000.0 / launches
 
 
-def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
+def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     """A closure enqueuing one trtgn_group_norm() with fixed buffers (no allocation per launch)."""
     import torch
 
@@ -131,7 +132,25 @@ def _kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
                         torch.cuda.current_stream().cuda_stream)
 
     launch.keep_alive = (params, workspace)  # the buffers live as long as the closure
+    # Libraries before ABI 3 (scripts/ab_kernels.py times earlier revisions) cannot say.
+    launch.plan = plan_summary(_lib.describe_plan(params)) if _lib.abi_version() >= 3 else None
     return launch
+
+
+def plan_summary(plan: dict) -> str:
+    """A short form of trt_gn._lib.describe_plan()'s plan for the table: the path and what tells
+    its launches apart (cluster size and vectors a thread; channel slices; vector width)."""
+    path = plan.get("path", "?")
+    if path == "clusters":
+        split = " x2 blocks" if plan.get("split", 1) > 1 else ""
+        return f"clusters of {plan['cluster']}, {plan['vpt']} vec/thread{split}"
+    if path == "on-chip-grid":
+        return "on-chip grid" + (f", {plan['slices']} slices" if plan.get("slices", 1) > 1 else "")
+    if path == "streaming-grid":
+        return "streaming grid"
+    if path == "two-pass":
+        return f"two passes, vec {plan['vec']}"
+    return path
 
 
 def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None,
@@ -250,7 +269,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
                       for layout in layouts}
             for layout in layouts:
                 outputs[layout] = torch.empty_like(inputs[layout])
-                variants[OURS[layout]] = _kernel_launcher(inputs[layout], outputs[layout], weight, bias, shape, layout)
+                variants[OURS[layout]] = kernel_launcher(inputs[layout], outputs[layout], weight, bias, shape, layout)
             peer_outputs = {}  # PyTorch variant -> a callable giving its output, for the error columns
             for layout in ("nchw", "nhwc"):
                 if layout in layouts:
@@ -303,8 +322,9 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
                 if name in peer_outputs:
                     abs_err, rel_err = max_errors(peer_outputs[name](), ref)
                     errs = dict(max_abs_err=abs_err, max_rel_err=rel_err)
+                plan = next((variants[OURS[la]].plan for la in layouts if name == OURS[la]), None)
                 rows.append(Row(**meta, impl=name, us_per_launch=us, ratio_to_copy=us / copy_us,
-                                round_spread=spread if rounds > 1 else None, **errs))
+                                round_spread=spread if rounds > 1 else None, plan=plan, **errs))
             del x, y_copy, variants, outputs, inputs, ref, peer_outputs, compiled
             torch.cuda.empty_cache()
     if with_compile:
@@ -429,6 +449,9 @@ def render_table(rows: list[Row]):
     table.add_column("max abs / rel err", justify="right", no_wrap=True)
     if has_peers:
         table.add_column("torch max abs / rel err", justify="right", no_wrap=True)
+    has_plans = any(r.plan for r in rows)
+    if has_plans:
+        table.add_column("trt_gn plan (" + " / ".join(i.split()[-1] for i in ours) + ")", no_wrap=True)
     keys = list(dict.fromkeys((r.shape, r.dtype) for r in rows))
     for shape, dtype in keys:
         by_impl = {r.impl: r for r in rows if r.shape == shape and r.dtype == dtype}
@@ -451,6 +474,8 @@ def render_table(rows: list[Row]):
         cells.append(_errors_cell([r for i, r in by_impl.items() if i in OURS.values()]))
         if has_peers:
             cells.append(_errors_cell([r for i, r in by_impl.items() if i in PEERS]))
+        if has_plans:
+            cells.append(" / ".join(by_impl[i].plan or "-" if i in by_impl else "-" for i in ours))
         table.add_row(shape, dtype, *cells)
     return table
 

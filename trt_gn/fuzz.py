@@ -255,6 +255,38 @@ def _table(ran: Counter, failed: Counter) -> str:
     return "\n".join(lines)
 
 
+def _write_plans(path: str, records) -> None:
+    """case, plan, result a line (CSV), written whole or not at all."""
+    import csv
+    import io
+    import os
+    import tempfile
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(("case", "plan", "result"))
+    writer.writerows(records)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".plans.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(buf.getvalue())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trt_gn.fuzz",
@@ -273,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"largest tensor drawn, in elements (default: {MAX_ELEMENTS})")
     parser.add_argument("--show", type=int, default=10, help="failures printed in full (default: 10)")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--plans", metavar="CSV", default=None,
+                        help="also write every case with the plan it ran and its result (to compare the plans "
+                             "of two builds case by case)")
     args = parser.parse_args(argv)
     prog = parser.prog
     if args.cases < 0 or args.show < 0 or args.max_elements < MAX_C:
@@ -302,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {_lib.library_path()}"
           + ("" if fixed else f", seed {args.seed}"), flush=True)
     ran, failed, kernels = Counter(), Counter(), Counter()
+    records = []
     failures: list[tuple[Case, dict, str]] = []
     t0 = last = time.monotonic()
     for i, case in enumerate(cases):
@@ -309,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             plan, message = run_case(case)
         except _lib.TrtGnError as exc:
             plan, message = {"path": "error"}, str(exc)
+        records.append((case.spec(), " ".join(f"{k}={v}" for k, v in plan.items()), "ok" if message is None else "FAIL"))
         key = (plan.get("path", "?"), case.dtype, case.layout)
         ran[key] += 1
         kernels[f"{plan.get('kernel', '?')}/vec{plan.get('vec', '?')}"] += 1
@@ -331,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     gaps = coverage_gaps(ran, minimum) if minimum else []
     if gaps:
         print(f"paths that ran fewer than {minimum} cases: " + "; ".join(gaps))
+    if args.plans:
+        _write_plans(args.plans, records)
     print(f"{len(cases) - len(failures)} passed, {len(failures)} failed in {elapsed:.1f} s")
     return 1 if failures or gaps else 0
 

@@ -1,0 +1,83 @@
+"""The fuzz command's input space and options, without a GPU (tests/gpu/test_gpu_fuzz.py runs it)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+
+from trt_gn import fuzz
+
+
+def test_drawn_cases_stay_in_the_accepted_space_and_reach_every_region():
+    rng = random.Random(5)
+    cases = [fuzz.draw_case(fuzz.RandomPick(rng)) for _ in range(3000)]
+    for case in cases:
+        assert 1 <= case.n <= fuzz.MAX_N and 1 <= case.h <= fuzz.MAX_HW and 1 <= case.w <= fuzz.MAX_HW
+        assert 1 <= case.c <= fuzz.MAX_C and case.c % case.groups == 0
+        assert case.elements <= fuzz.MAX_ELEMENTS
+        assert fuzz.parse_case(case.spec()) == case
+    # every dtype, layout, affine kind, activation and eps (0 too), C off the vector width with
+    # many groups (the shapes of the two-pass fix), tensors past what the SMs hold (streaming)
+    assert {c.dtype for c in cases} == set(fuzz.DTYPES) and {c.layout for c in cases} == set(fuzz.LAYOUTS)
+    assert {c.affine for c in cases} == set(fuzz.AFFINES) and {c.activation for c in cases} == set(fuzz.ACTIVATIONS)
+    assert {c.eps for c in cases} == set(fuzz.EPSILONS) and {c.special for c in cases} == {"-", "nan", "inf"}
+    assert sum(c.c % 8 != 0 and c.groups >= 9 for c in cases) > 100
+    assert sum(c.elements >= 1 << 24 for c in cases) > 100
+    assert len({c.groups for c in cases}) > 200  # G from every divisor, not a short list
+    assert min(c.scale for c in cases) < 0.02 and max(c.scale for c in cases) > 50
+    assert min(c.offset for c in cases) < -50 and max(c.offset for c in cases) > 50
+
+
+def test_size_aims_respect_smaller_budgets():
+    rng = random.Random(6)
+    for aim in fuzz.AIMS:
+        for _ in range(200):
+            case = fuzz.draw_case(fuzz.RandomPick(rng), aim=aim, max_elements=1 << 22)
+            assert case.elements <= 1 << 22
+
+
+@pytest.mark.parametrize("text,message", [
+    ("1,2,3", "a case has 13 or 14 comma-separated fields"),
+    ("1,30,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7", "sizes must be > 0 and G must divide C"),
+    ("1,32,2,2,8,fp64,nhwc,x,silu,1e-5,1,0,7", "dtype 'fp64' is not one of"),
+    ("1,32,2,2,8,fp16,nhwc,x,gelu,1e-5,1,0,7", "activation 'gelu' is not one of"),
+])
+def test_parse_case_rejects_bad_specs(text, message):
+    with pytest.raises(ValueError, match=message):
+        fuzz.parse_case(text)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "trt_gn.fuzz", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_command_line_errors():
+    r = run("--case", "1,2,3")
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("python -m trt_gn.fuzz: error: --case: a case has 13 or 14 comma-separated fields")
+    r = run("--max-elements", "100")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "python -m trt_gn.fuzz: error: --cases and --show must be >= 0, --max-elements >= 4096")
+    assert "--min-per-path" in run("--help").stdout
+
+
+def test_without_gpu_says_so():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: tests/gpu/test_gpu_fuzz.py runs the cases")
+    r = run("--cases", "3")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "python -m trt_gn.fuzz: error: no CUDA device (torch.cuda.is_available() is False)"
+
+
+def test_coverage_gaps_name_each_missing_cell():
+    from collections import Counter
+
+    counts = Counter({(p, d, l): 5 for p in fuzz.PATHS for d in fuzz.DTYPES for l in fuzz.LAYOUTS})
+    counts[("streaming-grid", "bf16", "nchw")] = 1
+    assert fuzz.coverage_gaps(counts, 5) == ["streaming-grid bf16 nchw: 1"]
+    assert fuzz.coverage_gaps(counts, 1) == []
