@@ -41,7 +41,7 @@ def test_every_subcommand_module_registers():
 def test_bench_without_gpu_is_one_clear_line(capsys, tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    assert main(["bench", "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--out", str(tmp_path)]) == 3  # EXIT_MISSING: no CUDA GPU here
     err = capsys.readouterr().err
     assert err == "trt-gn bench: error: no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)\n"
     assert list(tmp_path.iterdir()) == []

@@ -183,8 +183,9 @@ def test_failure_mid_run_leaves_nothing(runs):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 2 and lines[1].startswith("  hint: --weights must hold a diffusers"), proc.stderr
-    assert lines[0].startswith("trt-gn pipeline: error: could not load the weights weights.bin: "), proc.stderr
+    assert len(lines) == 2 and lines[1].startswith("  hint: --weights must be a local diffusers model folder"), proc.stderr
+    assert lines[0] == ("trt-gn pipeline: error: weights.bin: not a torch.save file (neither a zip archive nor a "
+                        "pickle)"), proc.stderr
     assert sorted(os.listdir(runs["broken_dir"])) == ["weights.bin"]  # no out/, no staging folder
 
 

@@ -187,7 +187,7 @@ def test_overwrite_replaces_the_whole_model_folder(files):
     ({"plan": "missing.plan"}, "does not exist"),
     ({"plan": "vae.onnx"}, "must end in .plan or .engine"),
     ({"max_batch_size": None}, "the model's batch dimension is dynamic: give --max-batch-size"),
-    ({"max_batch_size": -1}, "--max-batch-size must be >= 0"),
+    ({"max_batch_size": -1}, "--max-batch-size must be in 0..2147483647"),
     ({"max_batch_size": 0, "dynamic_batching": True}, "dynamic batching needs --max-batch-size > 0"),
     ({"preferred_batch_sizes": [8]}, "preferred batch size 8 is outside 1..4"),
     ({"instance_count": 0}, "--instances must be >= 1"),

@@ -124,11 +124,13 @@ def _find(env: str, file_name: str, build_subdir: str, what: str) -> Path:
         if path.is_file():
             return path
     looked = "\n  ".join(str(p) for p in candidates)
-    raise LibraryNotFoundError(
+    error = LibraryNotFoundError(
         f"trt_gn {what} library {file_name} not found; looked in:\n  {looked}\n"
         f"Build it (cmake -S plugin_src -B build -G Ninja && cmake --build build), install trt_gn "
         f"with pip on a machine with nvcc, or set {env} to its path."
     )
+    error.looked_in = candidates  # for one-line messages (trt_gn.engine.plugin_path)
+    raise error
 
 
 def find_kernels_library() -> Path:

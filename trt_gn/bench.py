@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import fileio
+from .errors import EXIT_MISSING, Error
 from .shapes import Shape, select_shapes
 
 LAUNCHES = 20
@@ -52,8 +52,8 @@ COMPILED = {"nchw": "torch.compile NCHW", "nhwc": "torch.compile channels_last"}
 PEERS = (*TORCH.values(), *COMPILED.values())  # the PyTorch variants, among which the best peer is
 
 
-class BenchError(RuntimeError):
-    """The benchmark cannot run here (no GPU, no kernels library, bad option)."""
+class BenchError(Error, RuntimeError):
+    """The benchmark cannot run here (no GPU, no kernels library: exit_code EXIT_MISSING; bad option)."""
 
 
 @dataclass
@@ -231,11 +231,12 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
         if layout not in LAYOUTS:
             raise BenchError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
     if not torch.cuda.is_available():
-        raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)")
+        raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)",
+                         exit_code=EXIT_MISSING)
     try:
         _lib.load()
     except (FileNotFoundError, OSError, ImportError) as e:
-        raise BenchError(str(e).splitlines()[0]) from e
+        raise BenchError(str(e).splitlines()[0], exit_code=EXIT_MISSING) from e
     torch_dtypes = [(name, _torch_dtype(name)) for name in dtypes]
 
     rows: list[Row] = []
@@ -334,15 +335,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    fileio.write_bytes(path, data)
 
 
 def write_csv(rows: list[Row], path: Path) -> None:

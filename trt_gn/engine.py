@@ -5,7 +5,7 @@ registry, the ONNX parser maps every ``trt_gn::GroupNormAct`` node onto the
 plugin, the builder config carries the precision flags, one optimisation profile
 for the dynamic input dimensions, a timing cache, and optionally the
 version-compatible flag with the plugin library serialized into the plan.
-The plan is written atomically (temp file + os.replace).
+The plan is written atomically (trt_gn.fileio).
 
 Two builders: TensorRT (``builder="tensorrt"``, needs a GPU) and TensorRT-RTX
 (``builder="tensorrt-rtx"``, the TensorRT of RTX GPUs), which builds plans ahead of
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import spec
+from . import fileio, spec
+from .errors import EXIT_FAILED, EXIT_MISSING, Error, first_line
 
 PRECISIONS = ("fp32", "fp16", "bf16", "strongly-typed")
 BUILDERS = ("tensorrt", "tensorrt-rtx")
@@ -60,17 +61,15 @@ TENSORRT_RTX_INSTALL_HINT = (
 )
 
 
-class EngineBuildError(RuntimeError):
-    """A build could not be done; ``hint`` says what to do about it."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class EngineBuildError(Error, RuntimeError):
+    """A build could not be done; ``hint`` says what to do about it. Bad input by default (exit 2);
+    TensorRT's own failures carry exit_code EXIT_FAILED."""
 
 
 class TensorRTNotInstalledError(EngineBuildError):
     """``import tensorrt`` (or TensorRT-RTX's bindings) failed."""
+
+    exit_code = EXIT_MISSING
 
 
 class UnsupportedTargetError(EngineBuildError):
@@ -191,10 +190,13 @@ def read_onnx_io(onnx_path: str | os.PathLike) -> tuple[list[TensorSpec], list[T
     import onnx
 
     path = Path(onnx_path)
+    if path.is_file() and path.stat().st_size == 0:
+        raise EngineBuildError(f"{path} is empty, not an ONNX model",
+                               "pass the .onnx file written by `trt-gn export` or `trt-gn fuse`")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # onnx raises DecodeError, ValueError, ... for a bad file
-        raise EngineBuildError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
+        raise EngineBuildError(f"{path} is not a readable ONNX model ({type(exc).__name__}: {first_line(exc)})",
                                "pass the .onnx file written by `trt-gn export` or `trt-gn fuse`") from exc
     initializers = {init.name for init in model.graph.initializer}
 
@@ -277,31 +279,18 @@ def _fmt_model_shape(shape: Sequence[int | None]) -> str:
 
 def check_writable_file(path: Path, what: str) -> None:
     """Fail before any work when ``path`` cannot be created or replaced."""
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = fileio.folder_of(path)
     if path.is_dir():
         raise EngineBuildError(f"{what} {path} is a directory", "give a file name")
     if not parent.is_dir():
         raise EngineBuildError(f"{what} folder {parent} does not exist", f"create it: mkdir -p {parent}")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise EngineBuildError(f"{what} folder {parent} is not writable", "choose a writable location")
+    problem = fileio.writable_folder_problem(parent)
+    if problem:
+        raise EngineBuildError(f"{what} folder {parent} {problem}", "choose a writable location")
 
 
-def write_atomic(path: Path, data) -> None:
-    """Write bytes (or a buffer) to ``path`` through a temp file in the same folder + os.replace."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(memoryview(data))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+# The plan and the timing cache are written with trt_gn's one atomic writer.
+write_atomic = fileio.write_bytes
 
 
 # ---------------------------------------------------------------------------
@@ -399,7 +388,7 @@ def prepare_tensorrt_rtx_loader() -> Path | None:
             errors.append(f"{folder}: {exc}")
     else:
         raise EngineBuildError(f"could not write the TensorRT-RTX loader folder ({'; '.join(errors)})",
-                               f"set {CACHE_DIR_ENV} to a writable folder")
+                               f"set {CACHE_DIR_ENV} to a writable folder", exit_code=EXIT_FAILED)
     try:
         ctypes.CDLL(str(folder / _RTX_LIBRARY), mode=ctypes.RTLD_GLOBAL)
         if (folder / _RTX_PARSER_LIBRARY).exists():
@@ -550,29 +539,34 @@ def check_build_arguments(onnx_path, plan_path, options: BuildOptions) -> _Check
         raise EngineBuildError(f"workspace must be positive, got {options.workspace_bytes} bytes")
     if options.optimization_level is not None and not 0 <= options.optimization_level <= 5:
         raise EngineBuildError(f"optimization level must be 0..5, got {options.optimization_level}")
-    plugin = _plugin_path(options.plugin_library)
+    # The inputs first: a bad model is reported as such on every machine, plugin or not.
     inputs, _ = read_onnx_io(onnx_file)
     try:
         profile = resolve_profile(inputs, options.shapes, options.batch, options.height, options.width)
     except ValueError as exc:
         raise EngineBuildError(str(exc), "see `trt-gn build --help` for the shape flags") from exc
+    plugin = plugin_path(options.plugin_library)
     return _Checked(onnx_file, plan, plugin, cache, profile, targets)
 
 
-def _plugin_path(explicit) -> Path:
+def plugin_path(explicit=None) -> Path:
+    """The plugin library: `explicit` (--plugin) if given, else the one trt_gn finds; an
+    EngineBuildError naming every place looked in (one line) when there is none."""
     if explicit is not None:
         path = Path(explicit)
         if not path.is_file():
-            raise EngineBuildError(f"plugin library {path} does not exist",
+            raise EngineBuildError(f"plugin library {path} (--plugin) does not exist",
                                    "build it with `cmake -S plugin_src -B build && cmake --build build`")
         return path.resolve()
     from . import _lib  # imported here: it is the one place that knows where the libraries live
     try:
         return Path(_lib.find_plugin_library()).resolve()
     except FileNotFoundError as exc:
-        raise EngineBuildError(str(exc).splitlines()[0],
+        looked = getattr(exc, "looked_in", None)
+        where = f" (looked in: {', '.join(map(str, looked))})" if looked else f" ({first_line(exc)})"
+        raise EngineBuildError(f"the TensorRT plugin library {spec.PLUGIN_LIBRARY} was not found{where}",
                                f"build plugin_src with TensorRT headers, or pass --plugin / set "
-                               f"{_lib.PLUGIN_LIBRARY_ENV}") from exc
+                               f"{_lib.PLUGIN_LIBRARY_ENV}", exit_code=EXIT_MISSING) from exc
 
 
 class PhaseProgress:
@@ -712,10 +706,11 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
     if registry.load_library(str(checked.plugin)) is None:
         raise EngineBuildError(f"{name} could not load the plugin library {checked.plugin}: "
                                f"{_last_error(logger, 'no reason given')}",
-                               "check that it was built against TensorRT 10 or later headers")
+                               "check that it was built against TensorRT 10 or later headers",
+                               exit_code=EXIT_FAILED)
     if registry.get_creator(spec.PLUGIN_NAME, spec.PLUGIN_VERSION, spec.PLUGIN_NAMESPACE) is None:
         raise EngineBuildError(f"{checked.plugin} registers no plugin {spec.PLUGIN_NAMESPACE}::{spec.PLUGIN_NAME} "
-                               f"version {spec.PLUGIN_VERSION}", "rebuild plugin_src/plugin")
+                               f"version {spec.PLUGIN_VERSION}", "rebuild plugin_src/plugin", exit_code=EXIT_FAILED)
 
     # TensorRT-RTX networks are strongly typed: its fp32 is an fp32 model built as written.
     strongly_typed = options.precision == "strongly-typed" or rtx
@@ -744,14 +739,14 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
                 desc = f"{desc}; {plugin_says[0].strip().splitlines()[0]}"
             raise EngineBuildError(f"{name}'s ONNX parser rejected {checked.onnx}{where}: {desc}",
                                    "run `trt-gn validate` on the model; a missing plugin shows up as "
-                                   "'could not find plugin'")
+                                   "'could not find plugin'", exit_code=EXIT_FAILED)
         progress.remove_task(parse_task)
         plugin_layers = count_plugin_layers(trt, network)
         if plugin_layers != plugin_nodes:
             raise EngineBuildError(f"{checked.onnx.name} has {plugin_nodes} trt_gn node(s), but {name}'s parser "
                                    f"made {plugin_layers} plugin layer(s) of them",
                                    "a parser that prefers the model-local function needs a bare export "
-                                   "(`trt-gn export --bare`, TensorRT < 10.7)")
+                                   "(`trt-gn export --bare`, TensorRT < 10.7)", exit_code=EXIT_FAILED)
 
         config = builder.create_builder_config()
         if options.precision == "fp16":
@@ -799,7 +794,8 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
             raise EngineBuildError(f"{name} could not build {checked.onnx.name}"
                                    f"{' for compute capability ' + ','.join(checked.targets) if rtx else ''}: "
                                    f"{_last_error(logger, 'no reason given')}",
-                                   "rerun with a smaller shape range or workspace; see TensorRT's messages above")
+                                   "rerun with a smaller shape range or workspace; see TensorRT's messages above",
+                                   exit_code=EXIT_FAILED)
         write_atomic(checked.plan, serialized)
         if cache is not None:
             write_atomic(checked.timing_cache, config.get_timing_cache().serialize())
@@ -831,19 +827,19 @@ def read_engine_io(plan_path, plugin_library=None) -> EngineIO:
     plan = Path(plan_path)
     if not plan.is_file():
         raise EngineBuildError(f"engine {plan} does not exist", "build it with `trt-gn build`")
-    plugin = _plugin_path(plugin_library)
     trt = import_tensorrt()
+    plugin = plugin_path(plugin_library)
     logger = _make_logger(trt)
     runtime = trt.Runtime(logger)
     runtime.engine_host_code_allowed = True  # version-compatible plans carry their lean runtime
     if runtime.get_plugin_registry().load_library(str(plugin)) is None:
         raise EngineBuildError(f"TensorRT could not load the plugin library {plugin}: "
-                               f"{_last_error(logger, 'no reason given')}")
+                               f"{_last_error(logger, 'no reason given')}", exit_code=EXIT_FAILED)
     engine = runtime.deserialize_cuda_engine(plan.read_bytes())
     if engine is None:
         raise EngineBuildError(f"TensorRT could not load {plan}: {_last_error(logger, 'no reason given')}",
                                "engines only run on the GPU model and TensorRT version they were built with; "
-                               "rebuild it here, or use --io-from onnx")
+                               "rebuild it here, or use --io-from onnx", exit_code=EXIT_FAILED)
     inputs, outputs, profile = [], [], {}
     for i in range(engine.num_io_tensors):
         name = engine.get_tensor_name(i)

@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(ran, failed))
     print("kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
     if failures:
-        print(f"first failures (reproduce with python -m trt_gn.fuzz --case '<spec>'):")
+        print("first failures (reproduce with python -m trt_gn.fuzz --case '<spec>'):")
         for case, plan, message in failures[: args.show]:
             print(f"  {case.spec()}  [{plan.get('path')}]  {message.splitlines()[0][:200]}")
     gaps = coverage_gaps(ran, minimum) if minimum else []

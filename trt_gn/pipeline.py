@@ -26,12 +26,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
+
+from . import fileio
+from .errors import EXIT_FAILED, EXIT_MISSING, Error
 
 DEFAULT_MODEL = "tiny-vae-decoder"
 DEFAULT_OUT = "trt-gn-out"
@@ -58,13 +60,8 @@ STEP_REPORT = "report"
 OWN_PROGRESS_STEPS = (STEP_ENGINE,)
 
 
-class PipelineError(RuntimeError):
+class PipelineError(Error, RuntimeError):
     """The pipeline could not run (bad option, missing input, a step crashed); nothing was written."""
-
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
 
 
 @dataclasses.dataclass
@@ -119,19 +116,22 @@ def check_options(options: PipelineOptions) -> Path:
         raise PipelineError(f"unknown builder '{options.builder}'", "choose auto, tensorrt or tensorrt-rtx")
     if options.target_cc and options.builder == "tensorrt":
         raise PipelineError("--target-cc applies to TensorRT-RTX plans only", "drop it, or use --builder tensorrt-rtx")
+    if not isinstance(options.seed, int) or options.seed < 0:
+        raise PipelineError(f"--seed must be >= 0, got {options.seed}")
+    from .onnx.export import check_opset
+
+    check_opset(options.opset)
     if options.weights is not None:
-        weights = Path(options.weights)
-        if not weights.exists():
-            raise PipelineError(f"weights {weights}: no such file or folder",
-                                "pass a local diffusers model folder or a state-dict file (nothing is downloaded)")
-        if weights.is_file() and weights.suffix.lower() not in WEIGHT_SUFFIXES:
-            raise PipelineError(f"weights file {weights} must end in {', '.join(WEIGHT_SUFFIXES)}",
-                                "pass a state dict (.safetensors, .bin) or a diffusers model folder")
+        check_weights(options.weights)
     if options.plugin_library is not None and not Path(options.plugin_library).is_file():
         raise PipelineError(f"plugin library {options.plugin_library} does not exist",
                             "build it: cmake -S plugin_src -B build -G Ninja && cmake --build build")
     out = Path(options.out)
-    parent = out.parent if str(out.parent) else Path(".")
+    parent = fileio.folder_of(out)
+    cwd = Path.cwd().resolve()
+    if out.resolve() == cwd or out.resolve() in cwd.parents:
+        raise PipelineError(f"output folder {out} holds the current folder; it cannot be replaced",
+                            "choose a new or empty --out, such as trt-gn-out")
     if out.exists() and not out.is_dir():
         raise PipelineError(f"output {out} exists and is not a folder", "choose another --out")
     if out.is_dir() and any(out.iterdir()) and not options.overwrite:
@@ -139,14 +139,30 @@ def check_options(options: PipelineOptions) -> Path:
     if not parent.is_dir():
         raise PipelineError(f"output folder {out}: its parent {parent} does not exist or is not a folder",
                             f"create it first (mkdir -p {parent}) or choose another --out")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PipelineError(f"output folder {out}: {parent} is not writable", "choose a writable --out")
+    problem = fileio.writable_folder_problem(parent)
+    if problem:
+        raise PipelineError(f"output folder {out}: {parent} {problem}", "choose a writable --out")
     try:
         import diffusers  # noqa: F401
     except ImportError:
         raise PipelineError("diffusers is not installed (the model recipes need it)",
-                            "pip install diffusers (it brings no torch of its own)") from None
+                            "pip install diffusers (it brings no torch of its own)", exit_code=EXIT_MISSING) from None
     return out
+
+
+def check_weights(weights: str | os.PathLike) -> Path:
+    """A --weights path that can be tried: an existing folder, or a file with a state-dict suffix."""
+    weights = Path(weights)
+    if not weights.exists():
+        raise PipelineError(f"--weights {weights}: no such file or folder",
+                            "pass a local diffusers model folder or a state-dict file (nothing is downloaded)")
+    if weights.is_file() and weights.suffix.lower() not in WEIGHT_SUFFIXES:
+        raise PipelineError(f"--weights {weights}: a weights file must end in {', '.join(WEIGHT_SUFFIXES)}",
+                            "pass a state dict (.safetensors, .bin) or a diffusers model folder")
+    if weights.is_dir() and not (weights / "config.json").is_file():
+        raise PipelineError(f"--weights {weights}: folder has no config.json, so it is no diffusers model folder",
+                            "pass the model's own folder (e.g. .../vae or .../unet), or a state-dict file")
+    return weights
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,11 +183,13 @@ class _Steps:
         started = time.perf_counter()
         try:
             yield step
-        except (PipelineError, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            raise
+        except Error:
             raise
         except Exception as exc:  # a crash inside a step: one line naming the step
             raise PipelineError(f"{name} failed: {_first_line(exc)}",
-                                "rerun with --debug for the full traceback") from exc
+                                "rerun with --debug for the full traceback", exit_code=EXIT_FAILED) from exc
         step.seconds = time.perf_counter() - started
         self.steps.append(step)
         self._on_step("end", step)
@@ -192,19 +210,17 @@ def _first_line(exc: BaseException) -> str:
 
 
 @contextmanager
-def _quiet():
-    """Keep torch.onnx / diffusers chatter out of the user's terminal (results go to the report)."""
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "diffusers", "onnxscript")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
+def quiet():
+    """Keep torch.onnx / torch / diffusers chatter out of the user's terminal (results go to the report;
+    errors end as exceptions, shown as one line, in full with --debug)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        logging.disable(previous)
 
 
 def group_norm_calls(model, args) -> list[dict]:
@@ -229,24 +245,6 @@ def group_norm_calls(model, args) -> list[dict]:
         for h in handles:
             h.remove()
     return calls
-
-
-def shape_case_dims(onnx_path: Path, batch: int, latent: int) -> dict[str, int]:
-    """Values for the symbolic input dims of an exported recipe: dim 0 is the batch, dims 2 and 3 of
-    rank-4 inputs are the latent height and width."""
-    import onnx
-
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    dims: dict[str, int] = {}
-    for value in model.graph.input:
-        shape = value.type.tensor_type.shape.dim
-        for axis, d in enumerate(shape):
-            if d.dim_param:
-                if axis == 0:
-                    dims[d.dim_param] = batch
-                elif len(shape) == 4 and axis in (2, 3):
-                    dims[d.dim_param] = latent
-    return dims
 
 
 def kernel_check(calls: list[dict], seed: int) -> list[dict]:
@@ -335,37 +333,18 @@ def _polygraphy(fused: Path, input_shapes: dict[str, list[int]], precision: str,
 def run_pipeline(options: PipelineOptions, on_step: Callable[[str, Step], None] | None = None) -> PipelineResult:
     """Run every step into a staging folder, then rename it to options.out. See the module docstring."""
     out = check_options(options)
-    parent = out.parent if str(out.parent) else Path(".")
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=parent))
-    try:
-        umask = os.umask(0o22)
-        os.umask(umask)
-        os.chmod(stage, 0o777 & ~umask)  # mkdtemp's 0700 would outlive the rename
+    with fileio.staging_folder(fileio.folder_of(out), out.name) as stage:
         report, steps = _run_steps(options, stage, _Steps(on_step))
         publish_folder(stage, out, options.overwrite)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return PipelineResult(out, report, steps)
 
 
 def publish_folder(stage: Path, out: Path, overwrite: bool) -> None:
     """Rename the finished staging folder to `out`; an existing `out` is replaced only if it is empty
     or overwrite is set (checked again here: it may have changed during the run)."""
-    if not out.exists():
-        os.rename(stage, out)
-        return
-    if any(out.iterdir()) and not overwrite:
+    if out.exists() and any(out.iterdir()) and not overwrite:
         raise PipelineError(f"output folder {out} was filled while the pipeline ran", "rerun with another --out")
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=stage.parent))
-    os.rename(out, old / out.name)
-    try:
-        os.rename(stage, out)
-    except BaseException:
-        os.rename(old / out.name, out)
-        raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
+    fileio.publish_folder(stage, out, replace=True)
 
 
 def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[dict, list[Step]]:
@@ -387,14 +366,8 @@ def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[di
         environment=_environment(), trt_gn_version=__version__,
     )
 
-    with steps.run(STEP_MODEL) as step, _quiet():
-        try:
-            model = recipes.build(name, seed=options.seed, weights=options.weights)
-        except Exception as exc:
-            if options.weights is None:
-                raise
-            raise PipelineError(f"could not load the weights {options.weights}: {_first_line(exc)}",
-                                f"--weights must hold a diffusers {recipe.kind} matching the {name} configuration") from exc
+    with steps.run(STEP_MODEL) as step, quiet():
+        model = recipes.build(name, seed=options.seed, weights=options.weights)
         args, input_names, dynamic_shapes = recipes.example_inputs(name)
         calls = group_norm_calls(model, args)
         params = sum(p.numel() for p in model.parameters())
@@ -402,7 +375,7 @@ def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[di
                        f"{'x'.join(map(str, args[0].shape))}")
     report["group_norms"] = dict(count=len(calls), example_input=list(args[0].shape), calls=calls)
 
-    with steps.run(STEP_EXPORT) as step, _quiet():
+    with steps.run(STEP_EXPORT) as step, quiet():
         program = torch.onnx.export(model, args, dynamo=True, opset_version=options.opset,
                                     dynamic_shapes=dynamic_shapes, input_names=input_names, verbose=False)
         onnx_io.save_model(program.model, original)
@@ -424,7 +397,7 @@ def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[di
         left=[dataclasses.asdict(x) for x in fusion_report.left], summary=fusion_report.summary(),
     )
 
-    cases = [shape_case_dims(original, b, lat) for b, lat in SHAPE_CASES]
+    cases = [validate.shape_case_dims(original, b, lat) for b, lat in SHAPE_CASES]
     with steps.run(STEP_VALIDATE) as step:
         validation = validate.validate_onnxruntime(original, fused, shape_cases=cases, seed=options.seed)
         worst = max((c.max_abs for c in validation.comparisons), default=0.0)

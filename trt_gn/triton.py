@@ -37,14 +37,14 @@ import dataclasses
 import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import spec
-from .engine import (PLAN_SUFFIXES, EngineBuildError, TensorSpec, _plugin_path, read_engine_io,
-                     read_onnx_io)
+from . import fileio, spec
+from .engine import (PLAN_SUFFIXES, EngineBuildError, TensorRTNotInstalledError, TensorSpec, import_tensorrt,
+                     plugin_path, read_engine_io, read_onnx_io)
+from .errors import EXIT_MISSING
 
 PLATFORM = "tensorrt_plan"
 PLAN_FILE_NAME = "model.plan"  # Triton's default_model_filename for tensorrt_plan
@@ -91,6 +91,8 @@ class TritonPythonModel:
                 responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
         return responses
 '''
+
+MAX_BATCH_SIZE_LIMIT = 2**31 - 1  # max_batch_size is an int32 in Triton's model config
 
 # ONNX element type name -> Triton model-config DataType
 ONNX_TO_TRITON_DTYPE = {
@@ -150,7 +152,7 @@ def _autoload_path(plugin: Path) -> Path:
             f"{plugin.parent / spec.PLUGIN_AUTOLOAD_LIBRARY} does not exist: Triton loads the plugin "
             f"through it, so it must sit next to the plugin library {plugin}",
             f"build plugin_src (it writes both libraries to build/plugin/), or copy "
-            f"{spec.PLUGIN_AUTOLOAD_LIBRARY} from the plugin's build next to it") from None
+            f"{spec.PLUGIN_AUTOLOAD_LIBRARY} from the plugin's build next to it", exit_code=EXIT_MISSING) from None
 
 
 def _quote(text: str) -> str:
@@ -240,8 +242,8 @@ def _io_specs(plan: Path, options: RepositoryOptions, onnx_path: Path | None, pl
 def _resolve_batching(inputs, outputs, profile, source: str, options: RepositoryOptions) -> tuple[int, bool]:
     batchable = all(t.shape and t.shape[0] is None for t in list(inputs) + list(outputs))
     max_batch = options.max_batch_size
-    if max_batch is not None and max_batch < 0:
-        raise RepositoryError(f"--max-batch-size must be >= 0, got {max_batch}")
+    if max_batch is not None and not 0 <= max_batch <= MAX_BATCH_SIZE_LIMIT:
+        raise RepositoryError(f"--max-batch-size must be in 0..{MAX_BATCH_SIZE_LIMIT} (Triton's int32), got {max_batch}")
     profile_max = None
     if profile:
         batch_ranges = [(lo[0], hi[0]) for lo, _, hi in profile.values()]
@@ -291,10 +293,18 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         raise RepositoryError(f"engine {plan} does not exist", "build it with `trt-gn build`")
     if plan.suffix.lower() not in PLAN_SUFFIXES:
         raise RepositoryError(f"engine {plan} must end in {' or '.join(PLAN_SUFFIXES)}")
+    if plan.stat().st_size == 0:
+        raise RepositoryError(f"engine {plan} is empty", "build it with `trt-gn build`")
     onnx_path = Path(options.onnx) if options.onnx is not None else None
     if onnx_path is not None:
         _check_onnx_path(onnx_path)
-    plugin = _plugin_path(options.plugin_library)
+        read_onnx_io(onnx_path)  # a broken model is bad input, named before the plugin is looked for
+    if options.io_from == "engine":
+        try:
+            import_tensorrt()
+        except TensorRTNotInstalledError as exc:
+            raise TensorRTNotInstalledError(exc.message, exc.hint + "; or pass --io-from onnx --onnx MODEL.onnx") from None
+    plugin = plugin_path(options.plugin_library)
     autoload = _autoload_path(plugin)
 
     inputs, outputs, profile, source, notes = _io_specs(plan, options, onnx_path, plugin)
@@ -312,7 +322,7 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
         shutil.copyfile(plugin, stage / spec.PLUGIN_LIBRARY)
         shutil.copyfile(autoload, stage / spec.PLUGIN_AUTOLOAD_LIBRARY)  # loads the plugin from its own folder
 
-    target = _publish(repo, model_name, fill)
+    target = _publish(repo, model_name, fill, options.overwrite)
     return RepositoryResult(model_dir=target, config=target / "config.pbtxt",
                             plan=target / str(options.version) / PLAN_FILE_NAME,
                             plugin_library=target / spec.PLUGIN_LIBRARY,
@@ -342,44 +352,37 @@ def _check_common(repo: Path, model_name: str, options: RepositoryOptions) -> No
         raise RepositoryError(f"model version must be >= 1, got {options.version}")
     if options.max_queue_delay_us < 0:
         raise RepositoryError(f"max queue delay must be >= 0, got {options.max_queue_delay_us}")
-    repo_parent = repo.parent if str(repo.parent) else Path(".")
+    if options.max_batch_size is not None and not 0 <= options.max_batch_size <= MAX_BATCH_SIZE_LIMIT:
+        raise RepositoryError(f"--max-batch-size must be in 0..{MAX_BATCH_SIZE_LIMIT} (Triton's int32), "
+                              f"got {options.max_batch_size}")
+    repo_parent = fileio.folder_of(repo)
     if repo.exists() and not repo.is_dir():
         raise RepositoryError(f"model repository {repo} exists and is not a folder")
     if not repo.exists() and not repo_parent.is_dir():
         raise RepositoryError(f"folder {repo_parent} does not exist", f"create it: mkdir -p {repo_parent}")
     writable_dir = repo if repo.is_dir() else repo_parent
-    if not os.access(writable_dir, os.W_OK | os.X_OK):
-        raise RepositoryError(f"{writable_dir} is not writable", "choose a writable model repository")
+    problem = fileio.writable_folder_problem(writable_dir)
+    if problem:
+        raise RepositoryError(f"{writable_dir} {problem}", "choose a writable model repository")
     target = repo / model_name
     if target.exists() and not options.overwrite:
         raise RepositoryError(f"{target} already exists", "pass --overwrite to replace it")
 
 
-def _publish(repo: Path, model_name: str, fill) -> Path:
-    """Stage the whole model folder (``fill(stage)``), then rename it into place; returns it."""
+def _publish(repo: Path, model_name: str, fill, overwrite: bool) -> Path:
+    """Stage the whole model folder (``fill(stage)``), then rename it into place (replacing the one
+    there only with ``overwrite``); returns it."""
     target = repo / model_name
     created_repo = not repo.exists()
     repo.mkdir(exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{model_name}.staging-", dir=repo))
-    backup = None
     try:
-        fill(stage)
-        os.chmod(stage, 0o755)  # mkdtemp makes it 0700; the server may run as another user
-        if target.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{model_name}.old-", dir=repo))
-            os.rmdir(backup)
-            os.rename(target, backup)
-        os.rename(stage, target)
+        with fileio.staging_folder(repo, model_name) as stage:
+            fill(stage)
+            fileio.publish_folder(stage, target, replace=overwrite)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        if backup is not None and not target.exists():
-            os.rename(backup, target)
-            backup = None
         if created_repo:
             shutil.rmtree(repo, ignore_errors=True)
         raise
-    if backup is not None:
-        shutil.rmtree(backup, ignore_errors=True)
     return target
 
 
@@ -446,7 +449,7 @@ def write_python_repository(repository, model_name: str, onnx_model, options: Re
         (version_dir / PYTHON_MODEL_FILE).write_text(PYTHON_MODEL_SOURCE)
         onnx_io.save_model(model, version_dir / PYTHON_ONNX_FILE)
 
-    target = _publish(repo, model_name, fill)
+    target = _publish(repo, model_name, fill, options.overwrite)
     version_dir = target / str(options.version)
     return PythonRepositoryResult(model_dir=target, config=target / "config.pbtxt",
                                   model_py=version_dir / PYTHON_MODEL_FILE, onnx=version_dir / PYTHON_ONNX_FILE,

@@ -235,7 +235,8 @@ def test_unwritable_output_fails_before_work(tmp_path):
 def test_external_data(tmp_path):
     src_dir = tmp_path / "in"
     src_dir.mkdir()
-    model = _gn_model(64, 32, 21, silu=True, scale=np.ones(64, np.float32), bias=np.zeros(64, np.float32))
+    # 128 channels: scale and bias of 512 bytes each go to external data (under 256 bytes stay inline)
+    model = _gn_model(128, 32, 21, silu=True, scale=np.ones(128, np.float32), bias=np.zeros(128, np.float32))
     onnx.save(model, src_dir / "m.onnx", save_as_external_data=True, location="m.weights", size_threshold=0)
     before = _digest(src_dir / "m.weights")
     out_dir = tmp_path / "out"
@@ -244,7 +245,7 @@ def test_external_data(tmp_path):
     assert len(report.fused) == 1
     assert _digest(src_dir / "m.weights") == before
     assert (out_dir / "f.onnx.data").is_file()
-    x = np.random.default_rng(0).standard_normal((1, 64, 4, 4)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal((1, 128, 4, 4)).astype(np.float32)
     (a,) = run_ort(src_dir / "m.onnx", {"x": x})
     (b,) = run_ort(out_dir / "f.onnx", {"x": x})
     assert rel_err(b, a) < 1e-5

@@ -1,11 +1,21 @@
 """`trt-gn`: the command-line entry point. Each subcommand is a module trt_gn/cli/<name>.py
-exposing register(subparsers), which adds its parser and sets `func` (args -> exit code)."""
+exposing register(subparsers), which adds its parser and sets `func` (args -> exit code).
+
+Every failure of every subcommand ends here, in one place: one line ``trt-gn <cmd>: error: ...``
+(plus an optional hint line) and the exit code of trt_gn.errors, with no traceback unless
+``--debug``. A subcommand reports what it can act on by raising trt_gn.errors.Error."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
+import traceback
+
+from .. import errors
+from ._errors import print_error
 
 # Every subcommand module, in --help order; a module listed here that fails to import is an error.
 SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "export", "fuse", "validate")
@@ -25,12 +35,72 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMAND_MODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         module.register(subparsers)
+    for sub in subparsers.choices.values():
+        if not any("--debug" in action.option_strings for action in sub._actions):
+            sub.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     return parser
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _command(argv: list[str]) -> str:
+    return next((a for a in argv if a in SUBCOMMAND_MODULES), "")
+
+
+class _Interrupts:
+    """Ctrl-C raises KeyboardInterrupt as usual and is remembered: libraries that catch it and raise
+    something else (torch's fake tensors turn it into a TypeError) still end as an interrupt."""
+
+    def __init__(self):
+        self.seen = False
+
+    def __call__(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = f"trt-gn {_command(argv)}".strip()
+    debug = "--debug" in argv
+    interrupts = _Interrupts()
+    interrupts.install()
+    try:
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # reported by the subcommand's parser, so the line names the subcommand
+            _subparsers(parser)[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        return int(args.func(args) or 0)
+    except errors.Error as exc:
+        caught, (code, message, hint) = exc, (exc.exit_code, exc.message, exc.hint)
+    except KeyboardInterrupt as exc:
+        caught, (code, message, hint) = exc, (errors.EXIT_INTERRUPTED, "interrupted; nothing was written", "")
+    except Exception as exc:
+        caught = exc
+        if not interrupts.seen:
+            code, message, hint = _unexpected(exc)
+        else:
+            code, message, hint = errors.EXIT_INTERRUPTED, "interrupted; nothing was written", ""
+    if debug:
+        traceback.print_exception(caught)
+    print_error(prog, message, hint)
+    return code
+
+
+def _unexpected(exc: Exception) -> tuple[int, str, str]:
+    """(exit code, message, hint) of an exception that is no trt_gn.errors.Error."""
+    hint = "nothing was written; rerun with --debug for the full traceback"
+    if isinstance(exc, OSError):  # a file the OS refused (read or write): name it
+        where = f"{exc.filename}: " if exc.filename else ""
+        return errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}", hint
+    # never a bare traceback: one line, the traceback behind --debug
+    return errors.EXIT_FAILED, f"{type(exc).__name__}: {errors.first_line(exc)}", hint
 
 
 if __name__ == "__main__":

@@ -1,17 +1,8 @@
-"""Shared bits of the ONNX subcommands (export, fuse, validate): error line + hint, progress."""
+"""Shared bits of the ONNX subcommands (export, fuse, validate): progress display."""
 
 from __future__ import annotations
 
 import contextlib
-
-from ._errors import print_error
-
-
-
-def fail(prog: str, message: str, hint: str | None = None) -> int:
-    """Prints the error (see _errors) and returns the usage-error exit code."""
-    print_error(prog, message, hint or "")
-    return 2
 
 
 @contextlib.contextmanager

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ._errors import print_error
-
-
 
 class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults in the option help (where an option has one to show), the examples kept as written."""
@@ -26,8 +23,8 @@ EPILOG = """examples:
   trt-gn bench --shapes vae-dec-256x512,sd15-unet-320x64 --dtypes fp16 --layouts nhwc --replays 50 --out bench-out
   trt-gn bench --no-compile          # without the torch.compile variants (no compile time)
 
-Needs a CUDA GPU. exit codes: 0 done; 2 bad arguments, no GPU, or a torch.compile variant that failed to compile
-or would have run eager."""
+Needs a CUDA GPU. exit codes: 0 done; 2 bad arguments, or a torch.compile variant that failed to compile
+or would have run eager; 3 no CUDA GPU or no kernels library; 130 interrupted."""
 
 
 def register(subparsers) -> None:
@@ -58,11 +55,20 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..bench import BenchError, main
+    from pathlib import Path
 
-    try:
-        main(args.shapes, args.dtypes, args.layouts, args.replays, args.out, args.rounds, args.compile)
-    except BenchError as e:
-        print_error("trt-gn bench", str(e))
-        return 2
+    from .. import fileio
+    from ..bench import main
+    from ..errors import Error
+
+    # The output folder is written after minutes of timing: check first that it can be.
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise Error(f"--out {out}: exists and is not a folder", "choose another --out")
+    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
+    problem = fileio.writable_folder_problem(existing)
+    if problem:
+        raise Error(f"--out {out}: {existing} {problem}", "choose a writable --out")
+    # BenchError (a trt_gn.errors.Error) ends in trt_gn.cli.main with its exit code
+    main(args.shapes, args.dtypes, args.layouts, args.replays, args.out, args.rounds, args.compile)
     return 0

@@ -6,10 +6,6 @@ import argparse
 import re
 from pathlib import Path
 
-from ._errors import print_error
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
 EPILOG = """\
 examples:
   # dynamic batch 1..4 (opt 2) and latent size 64..128, fp16, timing cache reused between builds
@@ -45,7 +41,8 @@ plugin library: --plugin, else $TRT_GN_PLUGIN_LIBRARY, <package>/lib/libtrt_gn_p
 <repository>/build/plugin/libtrt_gn_plugin.so.
 
 exit codes: 0 built; 1 TensorRT failed to parse/build; 2 bad arguments or input; 3 TensorRT (or
-TensorRT-RTX) not installed; 130 interrupted. The plan (and timing cache) are written atomically: nothing is
+TensorRT-RTX) or the plugin library missing; 130 interrupted. The plan (and timing cache) are written
+atomically: nothing is
 written on failure.
 """
 
@@ -125,13 +122,8 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _error(message: str, hint: str = "") -> None:
-    print_error("trt-gn build", message, hint)
-
-
 def run(args) -> int:
-    from ..engine import (BuildOptions, EngineBuildError, TensorRTNotInstalledError, UnsupportedTargetError,
-                          build_engine, check_build_arguments)
+    from ..engine import BuildOptions, build_engine
 
     output = Path(args.output) if args.output else Path(args.onnx).with_suffix(".plan")
     precision = args.precision or ("strongly-typed" if args.builder == "tensorrt-rtx" else "fp16")
@@ -142,25 +134,9 @@ def run(args) -> int:
                            exclude_lean_runtime=args.exclude_lean_runtime,
                            optimization_level=args.optimization_level, progress=not args.no_progress,
                            builder=args.builder, target_cc=args.target_cc or ())
-    try:
-        check_build_arguments(args.onnx, output, options)
-    except EngineBuildError as e:
-        _error(e.message, e.hint)
-        return EXIT_BAD_INPUT
-    try:
-        result = build_engine(args.onnx, output, options)
-    except TensorRTNotInstalledError as e:
-        _error(e.message, e.hint)
-        return EXIT_NO_TENSORRT
-    except UnsupportedTargetError as e:
-        _error(e.message, e.hint)
-        return EXIT_BAD_INPUT
-    except EngineBuildError as e:
-        _error(e.message, e.hint)
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        _error("interrupted; nothing was written")
-        return EXIT_INTERRUPTED
+    # build_engine checks every argument and input before TensorRT is imported; its errors carry
+    # their exit code (trt_gn.errors) and end in trt_gn.cli.main.
+    result = build_engine(args.onnx, output, options)
     builder = "TensorRT-RTX" if result.builder == "tensorrt-rtx" else "TensorRT"
     print(f"wrote {result.plan} ({result.plan_bytes / 2**20:.1f} MiB) in {result.seconds:.1f} s "
           f"with {builder} {result.tensorrt_version}, plugin {result.plugin_library}")
@@ -172,4 +148,4 @@ def run(args) -> int:
               f"max {'x'.join(map(str, s.max))}")
     if result.timing_cache is not None:
         print(f"  timing cache: {result.timing_cache}")
-    return EXIT_OK
+    return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._onnx_common import fail
+from ._types import non_negative_int
 
 EPILOG = """examples:
   trt-gn export sd15-vae-decoder vae_decoder.onnx --dtype fp16
@@ -14,7 +14,10 @@ EPILOG = """examples:
 
 Weights are random and seeded unless --weights names a local diffusers folder or a state-dict file
 (no download). Batch, height and width are dynamic inputs. The file carries the op's model-local
-function (onnxruntime runs it; TensorRT >= 10.7 uses the plugin); --bare leaves it out."""
+function (onnxruntime runs it; TensorRT >= 10.7 uses the plugin); --bare leaves it out.
+
+exit codes: 0 written; 1 the export failed; 2 bad arguments or input; 3 diffusers missing;
+130 interrupted (nothing written)."""
 
 
 def register(subparsers) -> None:
@@ -26,8 +29,8 @@ def register(subparsers) -> None:
     p.add_argument("output", help="ONNX file to write")
     p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32")
     p.add_argument("--weights", help="local diffusers model folder or .safetensors/.bin state dict")
-    p.add_argument("--opset", type=int, default=18)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--opset", type=int, default=18, help="ai.onnx opset, 18 or later (default: 18)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random weights (>= 0; default: 0)")
     p.add_argument("--bare", action="store_true", help="no model-local function (TensorRT < 10.7)")
     p.add_argument("--no-swap", action="store_true", help="keep nn.GroupNorm (plain export, for `trt-gn fuse`)")
     p.set_defaults(func=run)
@@ -36,43 +39,40 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import torch
 
+    from ..errors import EXIT_MISSING, Error
     from ..onnx import export, recipes
-    from ..onnx.io import OutputPathError, check_output_path
+    from ..onnx.io import check_output_path
+    from ..pipeline import check_weights, group_norm_calls, quiet
     from ..swap import swap_group_norms
 
-    try:
-        check_output_path(args.output)
-    except OutputPathError as exc:
-        return fail("trt-gn export", str(exc), "choose an output file in an existing, writable folder")
+    # Everything that can be checked before the model is built (the export takes minutes on SD models).
+    check_output_path(args.output)
+    export.check_opset(args.opset)
+    if args.weights is not None:
+        check_weights(args.weights)
     try:
         import diffusers  # noqa: F401
     except ImportError:
-        return fail("trt-gn export", "diffusers is not installed", "pip install diffusers (it brings no torch of its own)")
+        raise Error("diffusers is not installed", "pip install diffusers (it brings no torch of its own)",
+                    exit_code=EXIT_MISSING) from None
     dtype = torch.float16 if args.dtype == "fp16" else torch.float32
     from rich.console import Console
 
     console = Console(stderr=True)
-    try:
-        with console.status(f"building {args.model} ({args.dtype})"):
-            model = recipes.build(args.model, dtype=dtype, seed=args.seed, weights=args.weights)
-        if not args.no_swap:
-            report = swap_group_norms(model)
-            print(report.summary().splitlines()[0])
-        inputs, names, shapes = recipes.example_inputs(args.model, dtype=dtype)
-        with console.status(f"exporting to {args.output} (torch.onnx dynamo, opset {args.opset})"):
-            if args.no_swap:
-                program = torch.onnx.export(model, inputs, dynamo=True, opset_version=args.opset,
-                                            dynamic_shapes=shapes, input_names=names, verbose=False)
-                from ..onnx import io as onnx_io
-
-                onnx_io.save_model(program.model, args.output)
-                count = 0
-            else:
-                count = export.export_model(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
-                                            opset=args.opset, function=not args.bare)
-    except FileNotFoundError as exc:
-        return fail("trt-gn export", str(exc), "--weights must be a local folder or file")
-    except ValueError as exc:
-        return fail("trt-gn export", str(exc), "see `trt-gn export --help`")
-    print(f"wrote {args.output} ({count} {'fused nodes' if not args.no_swap else 'GroupNorms left for trt-gn fuse'})")
+    with console.status(f"building {args.model} ({args.dtype})"), quiet():
+        model = recipes.build(args.model, dtype=dtype, seed=args.seed, weights=args.weights)
+    inputs, names, shapes = recipes.example_inputs(args.model, dtype=dtype)
+    if not args.no_swap:
+        report = swap_group_norms(model)
+        print(report.summary().splitlines()[0])
+    with console.status(f"exporting to {args.output} (torch.onnx dynamo, opset {args.opset})"), quiet():
+        if args.no_swap:
+            count = len(group_norm_calls(model, inputs))
+            export.export_plain(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
+                                opset=args.opset)
+        else:
+            count = export.export_model(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
+                                        opset=args.opset, function=not args.bare)
+    what = "GroupNorms left for trt-gn fuse" if args.no_swap else "fused nodes"
+    print(f"wrote {args.output} ({count} {what})")
     return 0

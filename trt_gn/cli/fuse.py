@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._onnx_common import fail, progress_bar
+from ._onnx_common import progress_bar
 
 EPILOG = """examples:
   trt-gn fuse unet.onnx unet.fused.onnx
@@ -13,7 +13,9 @@ EPILOG = """examples:
 
 The input is never modified; the output is written atomically. --bare writes the custom node
 without its model-local function: TensorRT 9.0-10.6 would otherwise import the function's
-standard-op body instead of the plugin, but onnxruntime cannot run a bare node."""
+standard-op body instead of the plugin, but onnxruntime cannot run a bare node.
+
+exit codes: 0 written; 1 a write failed; 2 bad arguments or input; 130 interrupted (nothing written)."""
 
 
 def register(subparsers) -> None:
@@ -28,17 +30,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from ..onnx import fusion
-    from ..onnx.io import OnnxInputError, OutputPathError
 
-    try:
-        with progress_bar(not args.quiet) as progress:
-            report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
-    except OutputPathError as exc:
-        return fail("trt-gn fuse", str(exc), "choose an output file in an existing, writable folder, different from the input")
-    except OnnxInputError as exc:
-        return fail("trt-gn fuse", str(exc), "pass an .onnx model file (with its external data files next to it)")
-    except ValueError as exc:
-        return fail("trt-gn fuse", str(exc), "see `trt-gn fuse --help`")
+    with progress_bar(not args.quiet) as progress:
+        report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
     summary = report.summary()
     print(summary.splitlines()[0] if args.quiet else summary)
     if report.copied_unchanged:

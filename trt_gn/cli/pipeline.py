@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-import traceback
-
-from ._errors import print_error
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 130
+from ..errors import EXIT_FAILED, EXIT_OK
+from ._types import non_negative_int
 
 EPILOG = """\
 examples:
@@ -39,8 +36,9 @@ covers fp32, fp16 and bf16.
 output: everything is staged in a hidden folder next to --out and renamed into place at the end;
 a non-empty --out is refused unless --overwrite. On an error nothing is written.
 
-exit codes: 0 every step that ran passed; 1 a check failed (the report says which; it is written);
-2 bad arguments or an error (nothing written); 130 interrupted (nothing written).
+exit codes: 0 every step that ran passed; 1 a check failed (the report says which; it is written)
+or a step failed (nothing written); 2 bad arguments or input; 3 diffusers missing; 130 interrupted
+(nothing written).
 """
 
 
@@ -63,8 +61,9 @@ def register(subparsers) -> None:
                    help="local diffusers model folder or .safetensors/.bin state dict (default: seeded random weights)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="TensorRT engine precision and comparison tolerance (default: fp32)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default: 0)")
-    p.add_argument("--opset", type=int, default=18, help="ONNX opset of the export (default: 18)")
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the random weights and inputs (>= 0; default: 0)")
+    p.add_argument("--opset", type=int, default=18, help="ai.onnx opset of the export, 17 or later (default: 18)")
     p.add_argument("--plugin", metavar="LIB.so", help="TensorRT plugin library (default: the one trt_gn finds)")
     p.add_argument("--builder", choices=("auto", "tensorrt", "tensorrt-rtx"), default="auto",
                    help="engine builder (auto: TensorRT with a GPU, else TensorRT-RTX where installed)")
@@ -73,10 +72,6 @@ def register(subparsers) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress display")
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     p.set_defaults(func=run)
-
-
-def _error(message: str, hint: str = "") -> None:
-    print_error("trt-gn pipeline", message, hint)
 
 
 class _Display:
@@ -124,7 +119,7 @@ def _target_cc(text: str):
 
 
 def run(args) -> int:
-    from ..pipeline import STEP_VALIDATE, PipelineError, PipelineOptions, run_pipeline
+    from ..pipeline import STEP_VALIDATE, PipelineOptions, run_pipeline
 
     options = PipelineOptions(model=args.model, out=args.out, weights=args.weights, precision=args.precision,
                               seed=args.seed, opset=args.opset, overwrite=args.overwrite,
@@ -133,24 +128,8 @@ def run(args) -> int:
     display = _Display(not args.no_progress)
     try:
         result = run_pipeline(options, on_step=display)
-    except PipelineError as exc:
+    finally:
         display.stop()
-        if args.debug:
-            traceback.print_exc()
-        _error(exc.message, exc.hint)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        display.stop()
-        _error("interrupted; nothing was written")
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # never a bare traceback: one line, the traceback behind --debug
-        display.stop()
-        if args.debug:
-            traceback.print_exc()
-        text = str(exc).strip()
-        _error(f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no message'}",
-               "rerun with --debug for the full traceback; nothing was written")
-        return EXIT_ERROR
     for step in result.steps:
         timing = "" if step.status == "skipped" else f" ({step.seconds:.1f} s)"
         print(f"{step.status:7s} {step.name}{timing}: {step.detail}")
@@ -159,4 +138,4 @@ def run(args) -> int:
             print(f"skipped {skipped['reason']}")
     verdict = "PASSED" if result.passed else "FAILED"
     print(f"{verdict}: wrote {result.out}/ (report.md, report.json) in {result.report['seconds']:.1f} s")
-    return EXIT_OK if result.passed else EXIT_CHECK_FAILED
+    return EXIT_OK if result.passed else EXIT_FAILED

@@ -7,10 +7,6 @@ import argparse
 
 from pathlib import Path
 
-from ._errors import print_error
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_NO_TENSORRT = 0, 1, 2, 3
-
 EPILOG = """\
 examples:
   # engine built here (TensorRT importable): dims, types and max batch are read from the engine
@@ -37,8 +33,8 @@ trt_gn node's model-local function (not `--bare`), which onnxruntime runs; the b
 dimension of the tensors unless --max-batch-size > 0. The model folder is assembled aside and
 renamed into place: nothing is left half-written.
 
-exit codes: 0 written; 1 could not write the files; 2 bad arguments or input (or an engine TensorRT cannot load);
-3 --io-from engine without TensorRT.
+exit codes: 0 written; 1 could not write the files, or TensorRT could not load the engine; 2 bad
+arguments or input; 3 TensorRT (--io-from engine) or the plugin library missing; 130 interrupted.
 """
 
 
@@ -90,12 +86,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _error(message: str, hint: str = "") -> None:
-    print_error("trt-gn triton", message, hint)
-
-
 def run(args) -> int:
-    from ..engine import EngineBuildError, TensorRTNotInstalledError
     from ..triton import RepositoryOptions, write_model_repository
 
     model = args.model or Path(args.plan).stem
@@ -107,46 +98,26 @@ def run(args) -> int:
                                 overwrite=args.overwrite)
     if args.backend == "python":
         return _run_python(args, model, options)
-    try:
-        result = write_model_repository(args.repository, model, args.plan, options)
-    except TensorRTNotInstalledError as e:
-        _error(e.message, e.hint + "; or pass --io-from onnx --onnx MODEL.onnx")
-        return EXIT_NO_TENSORRT
-    except EngineBuildError as e:
-        # Everything is checked before the folder is written, so these are bad arguments or inputs,
-        # except a failure to deserialize the engine, which is reported the same way.
-        _error(e.message, e.hint)
-        return EXIT_BAD_INPUT
-    except OSError as e:
-        _error(f"could not write the model repository: {e}")
-        return EXIT_FAILED
+    # Everything is checked before the folder is written; errors carry their exit code (trt_gn.errors).
+    result = write_model_repository(args.repository, model, args.plan, options)
     for note in result.notes:
         print(f"note: {note}")
     print(f"wrote {result.model_dir} (max_batch_size {result.max_batch_size}, inputs/outputs from "
           f"{result.io_source})")
     print(f"serve it with:\n  {result.server_command}")
-    return EXIT_OK
+    return 0
 
 
 def _run_python(args, model: str, options) -> int:
     import dataclasses
 
-    from ..engine import EngineBuildError
+    from ..errors import Error
     from ..triton import write_python_repository
 
     if args.onnx is not None or args.plugin is not None or args.io_from != "auto":
-        _error("--onnx, --plugin and --io-from belong to the TensorRT backend",
-               "with --backend python, the positional argument is the fused ONNX model")
-        return EXIT_BAD_INPUT
-    try:
-        result = write_python_repository(args.repository, model, args.plan,
-                                         dataclasses.replace(options, io_from="onnx"))
-    except EngineBuildError as e:
-        _error(e.message, e.hint)
-        return EXIT_BAD_INPUT
-    except OSError as e:
-        _error(f"could not write the model repository: {e}")
-        return EXIT_FAILED
+        raise Error("--onnx, --plugin and --io-from belong to the TensorRT backend",
+                    "with --backend python, the positional argument is the fused ONNX model")
+    result = write_python_repository(args.repository, model, args.plan, dataclasses.replace(options, io_from="onnx"))
     print(f"wrote {result.model_dir} (Python backend, onnxruntime; max_batch_size {result.max_batch_size})")
     print(f"serve it with (its Python needs numpy and onnxruntime):\n  {result.server_command}")
-    return EXIT_OK
+    return 0

@@ -16,11 +16,37 @@ from typing import Any
 import torch
 
 from .. import spec
+from ..errors import EXIT_FAILED, Error
 from . import fusion
 from . import io as onnx_io
 from . import node as onnx_node
 
 DEFAULT_OPSET = 18  # torch.onnx's default for dynamo=True in torch 2.13
+MIN_OPSET = 17  # torch.onnx (dynamo) translates at opset 18 and converts from there
+
+
+def max_opset() -> int:
+    """The newest ai.onnx opset the installed onnx knows."""
+    import onnx
+
+    return onnx.defs.onnx_opset_version()
+
+
+def check_opset(opset: int) -> int:
+    """Raise Error (naming --opset) unless torch.onnx can write `opset` here."""
+    if not isinstance(opset, int) or not MIN_OPSET <= opset <= max_opset():
+        raise Error(f"--opset {opset}: torch.onnx (dynamo) exports opsets {MIN_OPSET}..{max_opset()}",
+                    f"pass an opset in {MIN_OPSET}..{max_opset()} (default {DEFAULT_OPSET})")
+    return opset
+
+
+def _check_written_opset(ir_model, opset: int) -> None:
+    # torch.onnx falls back to opset 18 when its version converter fails (it logs and goes on):
+    # a file of another opset than asked for is an error, not a success.
+    written = ir_model.opset_imports.get("", ir_model.opset_imports.get("ai.onnx"))
+    if written != opset:
+        raise Error(f"torch.onnx exported opset {written}, not the requested --opset {opset} "
+                    "(its version converter failed)", f"use --opset {DEFAULT_OPSET}", exit_code=EXIT_FAILED)
 
 
 def _translate(x, weight, bias, num_groups: int, eps: float, activation: str):
@@ -76,8 +102,7 @@ def export_model(
     function=True attaches the model-local function (onnxruntime can run the file; TensorRT >= 10.7
     uses the plugin); function=False writes bare custom nodes (TensorRT < 10.7)."""
     output = onnx_io.check_output_path(output)
-    if function and opset < onnx_node.MIN_FUNCTION_OPSET:
-        raise ValueError(f"opset {opset} < {onnx_node.MIN_FUNCTION_OPSET}: the model-local function needs CastLike")
+    check_opset(opset)
     program = torch.onnx.export(
         model,
         args,
@@ -92,6 +117,7 @@ def export_model(
         verbose=False,
     )
     ir_model = program.model
+    _check_written_opset(ir_model, opset)
     count = sum(1 for n in ir_model.graph.all_nodes() if n.domain == spec.ONNX_DOMAIN and n.op_type == spec.PLUGIN_NAME)
     if count:
         ir_model.opset_imports[spec.ONNX_DOMAIN] = 1
@@ -101,8 +127,19 @@ def export_model(
     return count
 
 
+def export_plain(model: torch.nn.Module, args: tuple, output: str | os.PathLike, *, dynamic_shapes: Any = None,
+                 input_names: list[str] | None = None, opset: int = DEFAULT_OPSET) -> Path:
+    """Export `model` as torch.onnx emits it (no custom node), written atomically."""
+    output = onnx_io.check_output_path(output)
+    check_opset(opset)
+    program = torch.onnx.export(model, args, dynamo=True, opset_version=opset, dynamic_shapes=dynamic_shapes,
+                                input_names=input_names, verbose=False)
+    _check_written_opset(program.model, opset)
+    return onnx_io.save_model(program.model, output)
+
+
 def export_path_info() -> str:
     return f"torch {torch.__version__}: torch.onnx.export(dynamo=True, custom_translation_table=...)"
 
 
-__all__ = ["DEFAULT_OPSET", "export_model", "image_dynamic_shapes", "translation_table", "Path"]
+__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "check_opset", "export_model", "export_plain", "image_dynamic_shapes", "translation_table", "Path"]

@@ -30,12 +30,14 @@ import numpy as np
 import onnx_ir as ir
 
 from .. import spec
+from ..errors import Error
 from . import io as onnx_io
 from . import node as onnx_node
 
 GROUP_NORMALIZATION = "GroupNormalization"
 INSTANCE_NORM_DECOMPOSITION = "Reshape+InstanceNormalization+Reshape"
 REDUCE_MEAN_DECOMPOSITION = "ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div"
+EXPANDED_DECOMPOSITION = "ReduceMean/Mul/ReduceMean/Sub(E[x^2]-E[x]^2)/Add/Sqrt/Div"
 
 
 @dataclasses.dataclass
@@ -111,19 +113,80 @@ class _Match:
 # small graph helpers
 
 
-def _const(value: ir.Value | None) -> np.ndarray | None:
-    if value is None:
+def _const(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
+    """The value of `value` if it is a constant, or computable from constants and static shapes by a
+    few shape ops (what an export with do_constant_folding=False leaves in the graph); else None.
+    Nothing in the graph is changed."""
+    if value is None or depth > 16:
         return None
-    producer = value.producer()
-    if producer is not None and producer.op_type == "Identity" and producer.domain in ("", "ai.onnx"):
-        return _const(producer.inputs[0])  # TorchScript exports shared initializers through Identity
     tensor = ir.convenience.get_const_tensor(value)
-    if tensor is None:
+    if tensor is not None:
+        try:
+            return np.asarray(tensor.numpy())
+        except Exception:
+            return None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx") or len(node.outputs) != 1:
         return None
     try:
-        return np.asarray(tensor.numpy())
-    except Exception:
+        return _fold(node, depth + 1)
+    except Exception:  # anything unexpected (bad axes, odd dtypes): not provably constant
         return None
+
+
+def _fold(node: ir.Node, depth: int) -> np.ndarray | None:
+    op = node.op_type
+    if op == "Shape":
+        shape = node.inputs[0].shape
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return None
+        dims = np.array(list(shape), dtype=np.int64)
+        start, end = _attr(node, "start", 0), _attr(node, "end", None)
+        return dims[start:end]
+    inputs = [_const(i, depth) if i is not None else None for i in node.inputs]
+    if op not in ("Unsqueeze", "Squeeze", "Slice") and any(a is None for a in inputs):
+        return None
+    if op == "Identity":
+        return inputs[0]
+    if op == "Cast":
+        return inputs[0].astype(ir.DataType(_attr(node, "to")).numpy())
+    if op in ("Unsqueeze", "Squeeze"):
+        data = inputs[0]
+        axes = _attr(node, "axes", None)
+        if axes is None and len(inputs) > 1:
+            axes = None if inputs[1] is None else inputs[1].reshape(-1).tolist()
+        if data is None or (axes is None and op == "Unsqueeze"):
+            return None
+        if op == "Squeeze":
+            return np.squeeze(data, axis=None if axes is None else tuple(int(a) for a in axes))
+        out = data
+        rank = data.ndim + len(axes)
+        for a in sorted(int(a) % rank for a in axes):
+            out = np.expand_dims(out, a)
+        return out
+    if op == "Reshape":
+        data, target = inputs[0], [int(d) for d in inputs[1].reshape(-1)]
+        target = [data.shape[i] if d == 0 and not _attr(node, "allowzero", 0) else d for i, d in enumerate(target)]
+        return data.reshape(target)
+    if op == "Concat":
+        return np.concatenate(inputs, axis=int(_attr(node, "axis", 0)))
+    if op == "Gather":
+        return np.take(inputs[0], inputs[1], axis=int(_attr(node, "axis", 0)))
+    if op == "Slice":
+        data = inputs[0]
+        if data is None or any(a is None for a in inputs[1:]):
+            return None
+        starts, ends = inputs[1].reshape(-1), inputs[2].reshape(-1)
+        axes = inputs[3].reshape(-1) if len(inputs) > 3 and inputs[3] is not None else np.arange(len(starts))
+        steps = inputs[4].reshape(-1) if len(inputs) > 4 and inputs[4] is not None else np.ones(len(starts), np.int64)
+        index = [slice(None)] * data.ndim
+        for st, en, ax, sp in zip(starts, ends, axes, steps):
+            index[int(ax)] = slice(int(st), int(en), int(sp))
+        return data[tuple(index)]
+    if op in ("Mul", "Add", "Sub", "Div") and all(a.dtype.kind == "i" for a in inputs):
+        a, b = inputs
+        return {"Mul": a * b, "Add": a + b, "Sub": a - b, "Div": a // b if (b != 0).all() else None}[op]
+    return None
 
 
 def _only_use(value: ir.Value, matched: list[ir.Node]) -> ir.Node:
@@ -177,7 +240,11 @@ def _dims_of(shape_value: ir.Value, x: ir.Value) -> list | None:
     node = shape_value.producer()
     if node is None or node.domain not in ("", "ai.onnx"):
         return None
-    if node.op_type == "Shape" and node.inputs[0] is x:
+    source = node.inputs[0] if node.op_type == "Shape" else None
+    cast = _producer(source, "Cast")
+    if cast is not None and cast.inputs[0] is x:
+        source = x  # Shape(Cast(x)) is Shape(x)
+    if node.op_type == "Shape" and source is x:
         rank = _rank(x)
         start = _attr(node, "start", 0)
         end = _attr(node, "end", None)
@@ -225,8 +292,15 @@ def _restores_shape(shape_value: ir.Value, x: ir.Value, channels: int | None) ->
 
 
 def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tuple[np.ndarray, int, int | None] | None:
-    """A constant that broadcasts along axis 1 of a rank-`rank` tensor -> (flat (C,), C, rank)."""
+    """A constant that broadcasts along axis 1 of a rank-`rank` tensor -> (flat (C,), C, rank).
+
+    The rank must be known: a constant of shape [W] or [1, 1, 1, W] broadcasts along axis 1 only
+    for one rank of the other operand (2, resp. 4 with C == W == the last axis otherwise)."""
+    if rank is None:
+        return None
     shape = arr.shape
+    if len(shape) > rank:  # would broadcast the result to a higher rank
+        return None
     nontrivial = [i for i, d in enumerate(shape) if d != 1]
     if len(nontrivial) != 1:
         if arr.size == 1 and channels is not None:  # a scalar gamma/beta: broadcast it
@@ -234,18 +308,17 @@ def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tup
         return None
     c = shape[nontrivial[0]]
     trailing = len(shape) - 1 - nontrivial[0]  # dims after C: H, W, ... (right-aligned broadcast)
-    if rank is None:
-        rank = trailing + 2
     if trailing != rank - 2 or (channels is not None and c != channels):
         return None
     return arr.reshape(-1), c, rank
 
 
-def _affine_tail(value: ir.Value, matched: list[ir.Node], channels: int | None, rank: int | None):
+def _affine_tail(value: ir.Value, matched: list[ir.Node], channels: int | None, rank: int | None,
+                 only: tuple[str, ...] = ("Mul", "Add")):
     """Optional Mul(gamma) then Add(beta) after the normalisation, with per-channel constants."""
     gamma = beta = None
     out = value
-    for op_type in ("Mul", "Add"):
+    for op_type in only:
         users = [u.node for u in out.uses()]
         if out.is_graph_output() or len(users) != 1 or users[0].op_type != op_type or users[0].domain not in ("", "ai.onnx"):
             break
@@ -302,19 +375,43 @@ def _match_group_normalization(node: ir.Node, opset: int) -> _Match:
     return _Match(GROUP_NORMALIZATION, node, [node], x, _rank(x), channels, groups, eps, dtype, gamma, beta, node.outputs[0])
 
 
+def _fmt_dims(dims: list) -> str:
+    return "[" + ", ".join(f"dim{d[1]}" if isinstance(d, tuple) else str(d) for d in dims) + "]"
+
+
+def _same_dim(a, b) -> bool:
+    """Two dims provably equal: the same int, or the same named symbolic dim."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a is not None and b is not None and not isinstance(a, int) and not isinstance(b, int) \
+        and a.value is not None and a.value == b.value
+
+
 def _group_reshape(reshape: ir.Node, x: ir.Value) -> int:
-    """num_groups of Reshape(x, [N, G, -1]) (or [N, G, C/G, H, W]); raise _NoMatch otherwise."""
+    """num_groups G of Reshape(x, [N, G, -1]); raise _NoMatch (with the target) for anything else.
+
+    Proven: dim 0 copies x's (0, Shape(x)[0], or x's static N), dim 1 is a constant G > 0, dim 2 is
+    -1 (or, all static, exactly the rest). num_groups is never read from elsewhere."""
     dims = _dims_of(reshape.inputs[1], x)
-    out_rank = _rank(reshape.outputs[0])
-    groups = None
-    if dims is not None and len(dims) >= 3 and isinstance(dims[1], int) and dims[0] in (0, ("x", 0), _static_dim(x, 0)):
-        groups = dims[1]
-        if len(dims) == 3 and dims[2] != -1:
-            raise _NoMatch("the grouping Reshape does not flatten the group's channels and pixels")
-    elif out_rank is not None and out_rank >= 3:
-        groups = _static_dim(reshape.outputs[0], 1)
-    if groups is None or groups <= 0:
-        raise _NoMatch("the grouping Reshape's target shape is not [N, G, -1]")
+    if dims is None:  # not a constant or shape arithmetic we follow: the inferred output shape
+        out = reshape.outputs[0].shape
+        xs = x.shape
+        if out is None or xs is None or len(out) != 3 or not isinstance(out[1], int) or not _same_dim(out[0], xs[0]):
+            raise _NoMatch("cannot prove that the grouping Reshape's target is [N, G, -1]")
+        if out[1] <= 0:
+            raise _NoMatch("the grouping Reshape's target is not [N, G, -1]")
+        return out[1]
+    n0 = _static_dim(x, 0)
+    first_ok = dims[0] in (0, ("x", 0)) or (isinstance(dims[0], int) and dims[0] > 0 and dims[0] == n0)
+    if len(dims) != 3 or not first_ok or not isinstance(dims[1], int) or dims[1] <= 0:
+        raise _NoMatch(f"the grouping Reshape's target {_fmt_dims(dims)} is not [N, G, -1]")
+    groups = dims[1]
+    if dims[2] != -1:
+        shape = x.shape
+        static = shape is not None and all(isinstance(d, int) for d in shape)
+        total = int(np.prod(list(shape))) if static else None
+        if not static or not isinstance(dims[2], int) or dims[2] * groups * shape[0] != total:
+            raise _NoMatch(f"the grouping Reshape's target {_fmt_dims(dims)} is not [N, G, -1]")
     return groups
 
 
@@ -326,7 +423,9 @@ def _match_instance_norm(node: ir.Node, opset: int) -> _Match:
     scale, bias = _const(node.inputs[1]), _const(node.inputs[2])
     if scale is None or bias is None or not np.all(scale == 1) or not np.all(bias == 0):
         raise _NoMatch("InstanceNormalization has a scale/bias other than ones/zeros")
-    groups = int(scale.size)
+    groups = _group_reshape(reshape1, x)
+    if scale.size != groups or bias.size != groups:
+        raise _NoMatch(f"InstanceNormalization has {scale.size} channels, the grouping Reshape {groups} groups")
     matched = [reshape1, node]
     _only_use(reshape1.outputs[0], matched)
     reshape2 = _only_use(node.outputs[0], matched)
@@ -345,48 +444,106 @@ def _axes(node: ir.Node, opset: int) -> list[int] | None:
     return None if axes is None else [int(a) for a in axes]
 
 
+def _variance(add_eps: ir.Node) -> tuple[ir.Node, float]:
+    """(the variance node, eps) of Add(variance, eps): ReduceMean(...) or, expanded, Sub(E[x^2], E[x]^2)."""
+    for a, b in ((0, 1), (1, 0)):
+        cand = add_eps.inputs[a].producer() if add_eps.inputs[a] is not None else None
+        arr = _const(add_eps.inputs[b])
+        if cand is not None and cand.op_type in ("ReduceMean", "Sub") and cand.domain in ("", "ai.onnx") \
+                and arr is not None and arr.size == 1:
+            return cand, float(arr.reshape(-1)[0])
+    raise _NotGroupNorm
+
+
+def _expanded_grouping(reshape: ir.Node):
+    """ONNX's own expansion of GroupNormalization groups x in two Reshapes:
+    Reshape(Reshape([Cast](x), Concat(Shape(x)[0:1], [G], Shape(x)[1:2] / [G], Shape(x)[2:])), [0, 0, -1]),
+    which is exactly Reshape(x, [N, G, -1]). Returns (x, G, nodes) or None for any other form."""
+    if _dims_of(reshape.inputs[1], reshape.inputs[0]) != [0, 0, -1]:
+        return None
+    inner = _producer(reshape.inputs[0], "Reshape")
+    concat = _producer(inner.inputs[1], "Concat") if inner is not None else None
+    if concat is None or len(concat.inputs) != 4:
+        return None
+    n_shape, g_const, size, rest = concat.inputs
+    shape_n, div, shape_rest = _producer(n_shape, "Shape"), _producer(size, "Div"), _producer(rest, "Shape")
+    g = _const(g_const)
+    if shape_n is None or div is None or shape_rest is None or g is None or g.size != 1:
+        return None
+    shape_c, g2 = _producer(div.inputs[0], "Shape"), _const(div.inputs[1])
+    x = shape_n.inputs[0]
+    spans = ((shape_n, 0, 1), (shape_c, 1, 2), (shape_rest, 2, None))
+    if shape_c is None or g2 is None or g2.size != 1 or int(g2.reshape(-1)[0]) != int(g.reshape(-1)[0]):
+        return None
+    for node, start, end in spans:
+        if node.inputs[0] is not x or _attr(node, "start", 0) != start or _attr(node, "end", None) != end:
+            return None
+    data, nodes = inner.inputs[0], [inner, reshape]
+    cast = _producer(data, "Cast")  # to the stash type; left to _drop_dead (Shape(Cast(x)) may use it)
+    if data is not x and (cast is None or cast.inputs[0] is not x):
+        return None
+    groups = int(g.reshape(-1)[0])
+    if groups <= 0:
+        raise _NoMatch(f"the grouping Reshape's target has num_groups {groups}")
+    return x, groups, nodes
+
+
+def _grouping(grouped: ir.Value):
+    """(x, num_groups, nodes) of the value the statistics are taken over, proven to be x as [N, G, -1]."""
+    reshape = _producer(grouped, "Reshape")
+    if reshape is None:
+        raise _NotGroupNorm  # statistics over the tensor as it is (LayerNorm-like), not over groups
+    expanded = _expanded_grouping(reshape)
+    if expanded is not None:
+        return expanded
+    x = reshape.inputs[0]
+    return x, _group_reshape(reshape, x), [reshape]
+
+
 def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
     add_eps = _producer(sqrt.inputs[0], "Add")
     if add_eps is None:
         raise _NotGroupNorm
-    var = None
-    eps = None
-    for a, b in ((0, 1), (1, 0)):
-        cand = _producer(add_eps.inputs[a], "ReduceMean")
-        arr = _const(add_eps.inputs[b])
-        if cand is not None and arr is not None and arr.size == 1:
-            var, eps = cand, float(arr.reshape(-1)[0])
-    if var is None:
-        raise _NotGroupNorm
-    sq = var.inputs[0].producer()
-    if sq is None or sq.op_type not in ("Pow", "Mul"):
-        raise _NotGroupNorm
-    sub = _producer(sq.inputs[0], "Sub")
-    if sub is None:
-        raise _NotGroupNorm
-    if sq.op_type == "Pow":
-        exponent = _const(sq.inputs[1])
-        if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+    var, eps = _variance(add_eps)
+    if var.op_type == "ReduceMean":  # E[(x - E[x])^2]
+        sq = var.inputs[0].producer()
+        if sq is None or sq.op_type not in ("Pow", "Mul"):
             raise _NotGroupNorm
-    elif sq.inputs[1] is not sq.inputs[0]:
-        raise _NotGroupNorm
-    mean = _producer(sub.inputs[1], "ReduceMean")
-    if mean is None or mean.inputs[0] is not sub.inputs[0]:
-        raise _NotGroupNorm
-    reshape1 = _producer(sub.inputs[0], "Reshape")
-    if reshape1 is None:
-        raise _NotGroupNorm  # statistics over the tensor as it is (LayerNorm-like), not over groups
-    x = reshape1.inputs[0]
-    groups = _group_reshape(reshape1, x)
-    grouped_rank = _rank(reshape1.outputs[0])
-    dims = _dims_of(reshape1.inputs[1], x)
-    if grouped_rank is None and dims is not None:
-        grouped_rank = len(dims)
-    for rm in (mean, var):
+        sub = _producer(sq.inputs[0], "Sub")
+        if sub is None:
+            raise _NotGroupNorm
+        if sq.op_type == "Pow":
+            exponent = _const(sq.inputs[1])
+            if exponent is None or exponent.size != 1 or float(exponent.reshape(-1)[0]) != 2.0:
+                raise _NotGroupNorm
+        elif sq.inputs[1] is not sq.inputs[0]:
+            raise _NotGroupNorm
+        mean = _producer(sub.inputs[1], "ReduceMean")
+        if mean is None or mean.inputs[0] is not sub.inputs[0]:
+            raise _NotGroupNorm
+        grouped = sub.inputs[0]
+        pattern, stats, reductions = REDUCE_MEAN_DECOMPOSITION, [mean, sub, sq, var], (mean, var)
+        grouped_users, centred_users, mean_users = {mean, sub}, {sq}, {sub}
+    else:  # E[x^2] - E[x]^2, the expanded form of ONNX GroupNormalization
+        mean_sq, sq_mean = _producer(var.inputs[0], "ReduceMean"), _producer(var.inputs[1], "Mul")
+        if mean_sq is None or sq_mean is None or sq_mean.inputs[0] is not sq_mean.inputs[1]:
+            raise _NotGroupNorm
+        mean = _producer(sq_mean.inputs[0], "ReduceMean")
+        square = _producer(mean_sq.inputs[0], "Mul")
+        if mean is None or square is None or square.inputs[0] is not square.inputs[1] \
+                or square.inputs[0] is not mean.inputs[0]:
+            raise _NotGroupNorm
+        grouped = mean.inputs[0]
+        sub = next((u.node for u in grouped.uses() if u.node.op_type == "Sub" and u.node.inputs[0] is grouped
+                    and u.node.inputs[1] is mean.outputs[0]), None)
+        if sub is None:
+            raise _NoMatch("the mean is not subtracted from the grouped values")
+        pattern, stats, reductions = EXPANDED_DECOMPOSITION, [mean, square, mean_sq, sq_mean, var, sub], (mean, mean_sq)
+        grouped_users, centred_users, mean_users = {mean, square, sub}, set(), {sq_mean, sub}
+    x, groups, head = _grouping(grouped)
+    for rm in reductions:
         axes = _axes(rm, opset)
-        if _attr(rm, "keepdims", 1) != 1 or axes is None or grouped_rank is None:
-            raise _NoMatch("the statistics are not taken over every axis after the group axis")
-        if sorted(a % grouped_rank for a in axes) != list(range(2, grouped_rank)):
+        if _attr(rm, "keepdims", 1) != 1 or axes is None or sorted(a % 3 for a in axes) != [2]:
             raise _NoMatch("the statistics are not taken over every axis after the group axis")
     div = None
     for user in (u.node for u in sub.outputs[0].uses()):
@@ -394,28 +551,106 @@ def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
             div = user
     if div is None:
         raise _NoMatch("the centred values are not divided by the standard deviation")
-    matched = [reshape1, mean, sub, sq, var, add_eps, sqrt, div]
-    _only_users(reshape1.outputs[0], {mean, sub})
-    _only_users(sub.outputs[0], {sq, div})
-    for node in (mean, sq, var, add_eps, sqrt):
-        _only_use(node.outputs[0], matched)
-    reshape2 = _only_use(div.outputs[0], matched)
-    if reshape2.op_type != "Reshape":
-        raise _NoMatch("the normalised values are not reshaped back to the input's shape")
-    matched.append(reshape2)
-    return _finish_decomposition(REDUCE_MEAN_DECOMPOSITION, sqrt, matched, x, groups, eps, reshape2, None)
+    matched = head + stats + [add_eps, sqrt, div]
+    _only_users(grouped, grouped_users)
+    _only_users(sub.outputs[0], centred_users | {div})
+    _only_users(mean.outputs[0], mean_users)
+    for node in stats + [add_eps, sqrt]:
+        if node not in (sub, mean):
+            _only_use(node.outputs[0], matched)
+    for node in head[:-1]:
+        _only_users(node.outputs[0], set(matched) | {u.node for u in node.outputs[0].uses() if u.node.op_type == "Shape"})
+    return _group_space_tail(pattern, sqrt, matched, x, groups, eps, div.outputs[0])
 
 
-def _finish_decomposition(pattern, anchor, matched, x, groups, eps, reshape2, fallback_dtype) -> _Match:
-    rank = _rank(x)
+def _param(value: ir.Value, size: int | None, what: str):
+    """A per-group or per-channel parameter applied as [1, size, 1] (or [size, 1]) to a rank-3 value:
+    (flat constant, size) or, not constant, the 1-D tensor behind Reshape([Cast](p), [1, -1, 1])."""
+    arr = _const(value)
+    if arr is not None:
+        found = _per_channel(arr, size, 3)
+        if found is None:
+            raise _NoMatch(f"the {what} of shape {list(arr.shape)} is not one value per {what.split()[0]}")
+        return found[0], found[1]
+    reshape = _producer(value, "Reshape")
+    if reshape is None or _const(reshape.inputs[1]) is None or _const(reshape.inputs[1]).reshape(-1).tolist() != [1, -1, 1]:
+        raise _NoMatch(f"the {what} is neither a constant nor a 1-D tensor reshaped to [1, -1, 1]")
+    source = reshape.inputs[0]
+    cast = _producer(source, "Cast")
+    if cast is not None:
+        source = cast.inputs[0]
+    if source.shape is None or len(source.shape) != 1:
+        raise _NoMatch(f"the {what} is not a 1-D tensor")
+    n = source.shape[0] if isinstance(source.shape[0], int) else size
+    return source, n
+
+
+def _group_space_tail(pattern, anchor, matched, x, groups, eps, value) -> _Match:
+    """From the normalised [N, G, -1] values to x's shape: any of Reshape back to x's shape, Reshape to
+    [N, C, -1], Cast to x's type, per-group (in [N, G, -1]) or per-channel (in [N, C, -1]) Mul then Add,
+    ending in x's shape; then the per-channel Mul/Add of _finish_decomposition."""
+    space, gamma, beta = "group", None, None
     channels = _static_dim(x, 1)
-    gamma, beta, out, channels, rank = _affine_tail(reshape2.outputs[0], matched, channels, rank)
+    while True:
+        users = [u.node for u in value.uses()]
+        if value.is_graph_output() or len(users) != 1 or users[0].domain not in ("", "ai.onnx"):
+            break
+        node = users[0]
+        if node.op_type == "Reshape" and node.inputs[0] is value:
+            if _restores_shape(node.inputs[1], x, channels):
+                nxt = "x"
+            elif space == "x" and _dims_of(node.inputs[1], x) == [0, 0, -1]:
+                nxt = "channel"
+            else:
+                break
+            space, last_reshape = nxt, node
+        elif node.op_type == "Cast" and x.dtype is not None and _attr(node, "to") == x.dtype.value:
+            pass
+        elif node.op_type in ("Mul", "Add") and space in ("group", "channel") and beta is None \
+                and (node.op_type == "Add" or gamma is None):
+            other = node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+            param, n = _param(other, groups if space == "group" else channels, f"{space} {'scale' if node.op_type == 'Mul' else 'bias'}")
+            if space == "group":
+                if not isinstance(param, np.ndarray):
+                    raise _NoMatch("per-group scale/bias that are not constants cannot be expanded to per-channel")
+                if channels is None:
+                    raise _NoMatch("the channel count C is not static")
+                param = np.repeat(param, channels // groups)
+            elif channels is None:
+                channels = n
+            if node.op_type == "Mul":
+                gamma = param
+            else:
+                beta = param
+        else:
+            break
+        matched.append(node)
+        value = node.outputs[0]
+    if space != "x":
+        raise _NoMatch("the normalised values are not reshaped back to the input's shape")
+    matched.remove(last_reshape)
+    matched.append(last_reshape)
+    return _finish_decomposition(pattern, anchor, matched, x, groups, eps, last_reshape, None, gamma, beta,
+                                 channels, value)
+
+
+def _finish_decomposition(pattern, anchor, matched, x, groups, eps, reshape2, fallback_dtype,
+                          gamma=None, beta=None, channels=None, out=None) -> _Match:
+    rank = _rank(x)
+    channels = channels or _static_dim(x, 1)
+    if gamma is None and beta is None:
+        gamma, beta, out, channels, rank = _affine_tail(reshape2.outputs[0], matched, channels, rank)
+    elif beta is None:
+        _, beta, out, channels, rank = _affine_tail(out, matched, channels, rank, only=("Add",))
     if not _restores_shape(reshape2.inputs[1], x, channels):
         raise _NoMatch("cannot prove that the final Reshape restores the input's shape")
     if channels is None:
         raise _NoMatch("the channel count C is not static")
     if channels % groups != 0:
         raise _NoMatch(f"C={channels} is not divisible by num_groups={groups}")
+    for param in (gamma, beta):
+        if isinstance(param, np.ndarray) and param.size != channels:
+            raise _NoMatch(f"the scale/bias has {param.size} values, not one per channel (C={channels})")
     dtype = x.dtype
     if dtype is None and fallback_dtype is not None:
         dtype = ir.DataType.from_numpy(fallback_dtype)
@@ -521,30 +756,23 @@ def _replace(graph: ir.Graph, match: _Match, activation: str, act_nodes: list[ir
     return fused.name
 
 
+_PURE_OPS = ("Constant", "Identity", "Shape", "Concat", "Unsqueeze", "Gather", "Squeeze", "Slice", "Reshape",
+             "Mul", "Div", "Add", "Sub", "Cast")
+
+
 def _drop_dead(graph: ir.Graph, producers: list[ir.Node], initializers: list[ir.Value]) -> None:
-    """Remove Constant/Shape (and similar shape-only) producers and initializers that fed only
-    the replaced subgraph and are now unused."""
+    """Remove the side-effect-free producers (constants, shape arithmetic, casts) and initializers
+    that fed only the replaced subgraph and are now unused; nothing still used is touched."""
     pending = list(producers)
-    seen = set()
-    while pending:
+    while pending:  # a node still used now may be dead after a later removal: it is pushed again then
         node = pending.pop()
-        if id(node) in seen or node.graph is not graph:
+        if node.graph is not graph:
             continue
-        seen.add(id(node))
-        if node.op_type not in ("Constant", "Identity", "Shape", "Concat", "Unsqueeze", "Gather", "Squeeze", "Slice", "Reshape", "Mul", "Cast"):
+        if node.op_type not in _PURE_OPS or node.domain not in ("", "ai.onnx"):
             continue
         if any(o.uses() or o.is_graph_output() for o in node.outputs):
             continue
         inputs = [i for i in node.inputs if i is not None]
-        # Only shape arithmetic: every input must be a constant or a Shape/shape-derived value.
-        if node.op_type not in ("Constant", "Shape") and any(_const(i) is None and i.producer() is None for i in inputs):
-            continue
-        if node.op_type == "Identity" and _const(node.inputs[0]) is not None:
-            pass
-        elif node.op_type not in ("Constant", "Shape") and not all(
-            (i.dtype == ir.DataType.INT64) for i in inputs if i.dtype is not None
-        ):
-            continue
         graph.remove(node, safe=True)
         pending += [i.producer() for i in inputs if i.producer() is not None]
         initializers += [i for i in inputs if i.is_initializer()]
@@ -560,6 +788,55 @@ _MATCHERS: tuple[tuple[str, str, Callable[[ir.Node, int], _Match]], ...] = (
 )
 
 
+_SMALL_TENSOR_BYTES = 4096  # initializers shape inference may need the values of (shape targets, axes)
+
+
+def _annotate_inferred_shapes(model: ir.Model) -> list[ir.Value]:
+    """Give values without a shape the one ONNX shape inference finds (TorchScript exports carry no
+    value_info; the matchers need ranks, and C, to prove what they fuse). Returns the values
+    annotated, so that the annotations can be taken away again; nothing else changes."""
+    import onnx
+
+    graph = model.graph
+    try:
+        proto = ir.serde.serialize_model(model)
+        for tensor in proto.graph.initializer:
+            if len(tensor.raw_data) > _SMALL_TENSOR_BYTES:
+                tensor.ClearField("raw_data")  # dims are all shape inference reads of large weights
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # inference is a help, never a requirement (e.g. a model over 2 GB in memory)
+        return []
+    shapes = {}
+    for vi in inferred.graph.value_info:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = (t.elem_type, [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                                             for d in t.shape.dim])
+    annotated = []
+    for node in graph:
+        for value in node.outputs:
+            if value.shape is None and value.name in shapes:
+                elem, dims = shapes[value.name]
+                value.shape = ir.Shape(dims)
+                if value.type is None and elem:
+                    value.type = ir.TensorType(ir.DataType(elem))
+                    annotated.append((value, True))
+                else:
+                    annotated.append((value, False))
+    return annotated
+
+
+def _remove_annotations(graph: ir.Graph, annotated) -> None:
+    # By name: a replaced subgraph's output value passes its name, type and shape to the new node's.
+    typed = {value.name: was_typed for value, was_typed in annotated}
+    for node in graph:
+        for value in node.outputs:
+            if value.name in typed:
+                value.shape = None
+                if typed[value.name]:
+                    value.type = None
+
+
 def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[int, int], None] | None = None) -> FusionReport:
     """Fuse every GroupNorm(+SiLU) subgraph of `model`'s main graph in place; return the report.
 
@@ -569,11 +846,24 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
     opset = _opset(graph, model)
     report = FusionReport(function=function)
     if function and opset < onnx_node.MIN_FUNCTION_OPSET:
-        raise ValueError(
+        raise Error(
             f"the model has ai.onnx opset {opset}; the model-local function needs opset >= "
-            f"{onnx_node.MIN_FUNCTION_OPSET}: upgrade the model's opset or write bare nodes (--bare)"
-        )
+            f"{onnx_node.MIN_FUNCTION_OPSET}",
+            "upgrade the model's opset (onnx.version_converter) or write bare nodes (--bare)")
     namer = _Namer(graph)
+    annotated = _annotate_inferred_shapes(model)
+    try:
+        _fuse_graph(graph, opset, report, namer, progress)
+    finally:
+        _remove_annotations(graph, annotated)
+    if report.fused:
+        model.opset_imports[spec.ONNX_DOMAIN] = 1
+        if function:
+            attach_function(model)
+    return report
+
+
+def _fuse_graph(graph: ir.Graph, opset: int, report: FusionReport, namer: _Namer, progress) -> None:
     anchors = [(n, pat, fn) for n in graph for op, pat, fn in _MATCHERS if n.op_type == op and n.domain in ("", "ai.onnx")]
     for i, (node, pattern, matcher) in enumerate(anchors):
         if progress is not None:
@@ -593,11 +883,6 @@ def fuse_model(model: ir.Model, *, function: bool = True, progress: Callable[[in
         report.fused.append(FusedGroupNorm(name, match.pattern, match.channels, match.num_groups, match.epsilon, activation))
     if progress is not None:
         progress(len(anchors), len(anchors))
-    if report.fused:
-        model.opset_imports[spec.ONNX_DOMAIN] = 1
-        if function:
-            attach_function(model)
-    return report
 
 
 def attach_function(model: ir.Model) -> None:
@@ -637,6 +922,7 @@ def fuse_file(
     A model with nothing to fuse is written as an unchanged copy (report.copied_unchanged)."""
     input_path, output_path = Path(input_path), Path(output_path)
     onnx_io.check_output_path(output_path, input_path)
+    inputs = onnx_io.model_files(input_path)
     if progress:
         progress("load", 0, 1)
     model = onnx_io.load_model(input_path)
@@ -651,7 +937,7 @@ def fuse_file(
     _strip_added_value_info(model, original_value_info)
     if progress:
         progress("save", 0, 1)
-    onnx_io.save_model(model, output_path)
+    onnx_io.save_model(model, output_path, keep=inputs)
     if progress:
         progress("save", 1, 1)
     report.copied_unchanged = not report.fused

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from ..errors import Error, first_line
+
 SD15_UNET = dict(
     sample_size=64, in_channels=4, out_channels=4, layers_per_block=2,
     block_out_channels=(320, 640, 1280, 1280),
@@ -90,34 +92,77 @@ class UNetWrapper(torch.nn.Module):
         return self.unet(sample, timestep, encoder_hidden_states, added_cond_kwargs=added, return_dict=False)[0]
 
 
+class WeightsError(Error):
+    """--weights cannot be loaded into the recipe's model (one line, naming the file)."""
+
+    default_hint = "--weights must be a local diffusers model folder or a .safetensors/.bin state dict of this model"
+
+
 def build(name: str, *, dtype: torch.dtype = torch.float32, seed: int = 0, weights: str | Path | None = None) -> torch.nn.Module:
     """The model of recipe `name`, eval mode, in `dtype`: seeded random weights or `weights`
-    (a diffusers model folder, or a .safetensors/.bin state dict file)."""
+    (a diffusers model folder, or a .safetensors/.bin state dict file); WeightsError when the
+    weights cannot be loaded."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
 
+    if name not in RECIPES:
+        raise Error(f"unknown model recipe {name!r}", f"choose one of {', '.join(sorted(RECIPES))}")
     recipe = RECIPES[name]
     cls = UNet2DConditionModel if recipe.kind == "unet" else AutoencoderKL
     torch.manual_seed(seed)
     if weights is not None and Path(weights).is_dir():
-        model = cls.from_pretrained(str(weights), local_files_only=True)
+        try:
+            model = cls.from_pretrained(str(weights), local_files_only=True)
+        except Exception as exc:
+            raise WeightsError(f"{weights}: not a diffusers {cls.__name__} folder ({first_line(exc)})") from exc
     else:
         model = cls(**recipe.config)
         if weights is not None:
-            model.load_state_dict(_load_state_dict(Path(weights)))
+            state = _load_state_dict(Path(weights))
+            missing, unexpected = _key_mismatch(model, state)
+            if missing or unexpected:
+                raise WeightsError(
+                    f"{weights}: not a state dict of the {name} configuration: {len(missing)} missing keys"
+                    f"{_examples(missing)}, {len(unexpected)} unexpected keys{_examples(unexpected)}")
+            try:
+                model.load_state_dict(state)
+            except Exception as exc:  # shapes that do not match the configuration
+                raise WeightsError(f"{weights}: does not fit the {name} configuration: {first_line(exc)[:300]}") from exc
     model = model.to(dtype).eval()
     if recipe.kind == "unet":
         return UNetWrapper(model, sdxl="addition_embed_type" in recipe.config).eval()
     return VaeDecoder(model).eval()
 
 
+def _key_mismatch(model: torch.nn.Module, state: dict) -> tuple[list[str], list[str]]:
+    expected = set(model.state_dict())
+    return sorted(expected - set(state)), sorted(set(state) - expected)
+
+
+def _examples(keys: list[str]) -> str:
+    return f" (e.g. {', '.join(repr(k) for k in keys[:2])})" if keys else ""
+
+
 def _load_state_dict(path: Path) -> dict:
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such weights file")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
+        raise WeightsError(f"{path}: no such weights file or folder")
+    if path.suffix != ".safetensors":
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head != b"PK\x03\x04" and head[:1] != b"\x80":  # torch.save writes a zip file (or, older, a pickle)
+            raise WeightsError(f"{path}: not a torch.save file (neither a zip archive nor a pickle)")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
 
-        return load_file(str(path))
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+            state = load_file(str(path))
+        else:
+            state = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise WeightsError(f"{path}: not a readable {'safetensors' if path.suffix == '.safetensors' else 'torch'} "
+                           f"state dict ({first_line(exc)[:200]})") from exc
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise WeightsError(f"{path}: holds no state dict of tensors")
+    return state
 
 
 def example_inputs(name: str, *, batch: int = 2, latent: int | None = None, dtype: torch.dtype = torch.float32):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import Error
+
 # max |a - b| <= atol + rtol * |reference|, per output dtype
 TOLERANCES = {
     np.dtype(np.float32): (1e-4, 1e-4),
@@ -69,6 +71,69 @@ class ValidationReport:
         return "\n".join(lines)
 
 
+# Default shape cases (batch, latent height = width): realistic latents that survive every down/up-
+# sampling stage of the SD 1.5 / SDXL UNets (multiples of 8), small enough for onnxruntime on a CPU.
+DEFAULT_SHAPE_CASES = ((1, 16), (2, 32))
+OTHER_DIM_DEFAULT = 8  # a symbolic dim that is neither batch nor height/width (e.g. a sequence length)
+# --dims names with a fixed meaning: dim 0 of every input; dims 2, 3 of rank-4 (NCHW) inputs.
+ROLE_NAMES = ("batch", "height", "width")
+
+
+def _symbolic_dims(onnx_path: str | os.PathLike) -> list[tuple[str, int, int]]:
+    """(dim name, axis, rank) of every named symbolic dim of the graph inputs."""
+    import onnx
+
+    model = onnx.load(str(onnx_path), load_external_data=False)
+    initializers = {t.name for t in model.graph.initializer}
+    out = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        shape = value.type.tensor_type.shape.dim
+        out += [(d.dim_param, axis, len(shape)) for axis, d in enumerate(shape) if d.dim_param]
+    return out
+
+
+def _role(axis: int, rank: int) -> str | None:
+    if axis == 0:
+        return "batch"
+    if rank == 4 and axis in (2, 3):
+        return ROLE_NAMES[axis - 1]
+    return None
+
+
+def shape_case_dims(onnx_path: str | os.PathLike, batch: int, latent: int) -> dict[str, int]:
+    """Values for the symbolic input dims: dim 0 is the batch, dims 2 and 3 of rank-4 inputs are the
+    latent height and width, any other symbolic dim OTHER_DIM_DEFAULT."""
+    return resolve_dims(onnx_path, {"batch": batch, "height": latent, "width": latent})
+
+
+def resolve_dims(onnx_path: str | os.PathLike, given: dict[str, int]) -> dict[str, int]:
+    """One shape case from `given` (--dims): names of the model's symbolic dims, the role names
+    batch / height / width, or `*` (any dim not named otherwise). A name the model does not have is
+    an Error, never silently ignored. Unset dims take the first default case."""
+    dims = _symbolic_dims(onnx_path)
+    names = sorted({name for name, _, _ in dims})
+    unknown = [k for k in given if k not in names and k not in ROLE_NAMES and k != "*"]
+    if unknown:
+        raise Error(f"--dims {unknown[0]}: {onnx_path} has no input dimension named {unknown[0]!r}",
+                    f"name one of its dims ({', '.join(names) or 'it has none'}), batch, height, width or *")
+    batch, latent = DEFAULT_SHAPE_CASES[0]
+    defaults = {"batch": batch, "height": latent, "width": latent}
+    out = {"*": given.get("*", OTHER_DIM_DEFAULT)}
+    for name, axis, rank in dims:
+        role = _role(axis, rank)
+        if name in given:
+            out[name] = given[name]
+        elif role is not None and role in given:
+            out[name] = given[role]
+        elif "*" in given:
+            out[name] = given["*"]
+        else:
+            out[name] = defaults.get(role, OTHER_DIM_DEFAULT)
+    return out
+
+
 def _input_specs(session) -> list[tuple[str, list, type]]:
     specs = []
     for inp in session.get_inputs():
@@ -79,7 +144,7 @@ def _input_specs(session) -> list[tuple[str, list, type]]:
 
 
 def make_inputs(specs, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    """Seeded random inputs; symbolic dims take their value from `dims` (by name), default 2."""
+    """Seeded random inputs; symbolic dims take their value from `dims` (by name, else `*`, else 2)."""
     rng = np.random.default_rng(seed)
     feeds = {}
     for name, shape, dtype in specs:
@@ -130,7 +195,10 @@ def validate_onnxruntime(
     providers = providers or available_providers()
     if "CUDAExecutionProvider" not in providers:
         report.skipped.append("onnxruntime CUDA execution provider: not available in this onnxruntime build")
-    shape_cases = shape_cases or [{"*": 1}, {"*": 2}]
+    if shape_cases:
+        shape_cases = [resolve_dims(original, case) for case in shape_cases]
+    else:
+        shape_cases = [shape_case_dims(original, b, lat) for b, lat in DEFAULT_SHAPE_CASES]
     options = ort.SessionOptions()
     options.log_severity_level = 3
     for provider in providers:

@@ -1,0 +1,284 @@
+"""Valid ONNX graphs that look like GroupNorm but are not, or only provably so with care.
+
+Each case is a graph no exporter of this project wrote. The fusion pass must either leave the
+subgraph, with the reason in the report, or fuse it into numbers equal to onnxruntime on the
+unfused model; a wrong num_groups or a gamma along the wrong axis gives errors of order 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from trt_gn import spec
+from trt_gn.onnx import fuse_file
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def _const(name, arr, dtype=None):
+    arr = np.asarray(arr, dtype=dtype)
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr, name))
+
+
+def _model(nodes, inputs, outputs, opset=17, value_info=(), initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers), value_info=list(value_info))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # onnxruntime runs each graph; some have no shapes, which the checker refuses
+    return model
+
+
+def _run(path, feeds):
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _fuse(model, tmp_path, feeds):
+    """Fuse; return (report, reference outputs, fused outputs). The input file is never changed."""
+    src, dst = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, str(src))
+    before = hashlib.sha256(src.read_bytes()).hexdigest()
+    report = fuse_file(src, dst)
+    assert hashlib.sha256(src.read_bytes()).hexdigest() == before
+    return report, _run(src, feeds), _run(dst, feeds), onnx.load(str(dst))
+
+
+def _assert_same_numbers(ref, out):
+    for r, o in zip(ref, out):
+        assert r.shape == o.shape
+        np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-5)
+
+
+def _fused_nodes(model):
+    return [n for n in model.graph.node if n.op_type == spec.PLUGIN_NAME]
+
+
+def _instance_norm_graph(x_info, target, channels_in_norm, gamma=None, beta=None):
+    """Reshape(x, target) -> InstanceNormalization(ones, zeros) -> Reshape(Shape(x)) [-> Mul(gamma)] [-> Add(beta)]."""
+    nodes = [
+        _const("target", target, np.int64),
+        helper.make_node("Reshape", ["x", "target"], ["xg"]),
+        _const("ones", np.ones(channels_in_norm, np.float32)),
+        _const("zeros", np.zeros(channels_in_norm, np.float32)),
+        helper.make_node("InstanceNormalization", ["xg", "ones", "zeros"], ["n"], epsilon=1e-5),
+        helper.make_node("Shape", ["x"], ["xs"]),
+        helper.make_node("Reshape", ["n", "xs"], ["y0"]),
+    ]
+    last = "y0"
+    if gamma is not None:
+        nodes += [_const("gamma", gamma, np.float32), helper.make_node("Mul", [last, "gamma"], ["y1"])]
+        last = "y1"
+    if beta is not None:
+        nodes += [_const("beta", beta, np.float32), helper.make_node("Add", [last, "beta"], ["y2"])]
+        last = "y2"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    return _model(nodes, [x_info], [helper.make_tensor_value_info("y", F, None)])
+
+
+X_2x8 = helper.make_tensor_value_info("x", F, [2, 8, 4, 4])
+
+
+def test_reshape_to_one_by_n_times_g_is_left(tmp_path):
+    # [1, N*G, -1] normalises per (image, group) too, but as one image: num_groups would be N*G = 8.
+    model = _instance_norm_graph(X_2x8, [1, 8, -1], 8, gamma=RNG.standard_normal((8, 1, 1)))
+    feeds = {"x": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)}
+    report, ref, out, fused = _fuse(model, tmp_path, feeds)
+    assert not report.fused and not _fused_nodes(fused)
+    assert [left.reason for left in report.left] == ["the grouping Reshape's target [1, 8, -1] is not [N, G, -1]"]
+    _assert_same_numbers(ref, out)
+
+
+def test_reshape_to_n_times_g_by_group_size_is_left(tmp_path):
+    # [N*G, C/G, -1]: InstanceNormalization over C/G "channels" per row: num_groups would be C/G.
+    model = _instance_norm_graph(X_2x8, [8, 2, -1], 2, gamma=RNG.standard_normal((8, 1, 1)))
+    feeds = {"x": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)}
+    report, ref, out, fused = _fuse(model, tmp_path, feeds)
+    assert not report.fused
+    assert [left.reason for left in report.left] == ["the grouping Reshape's target [8, 2, -1] is not [N, G, -1]"]
+    _assert_same_numbers(ref, out)
+
+
+def test_num_groups_comes_from_the_reshape(tmp_path):
+    # The proven form, [0, G, -1]: fused with num_groups = G and equal numbers.
+    model = _instance_norm_graph(X_2x8, [0, 4, -1], 4)
+    feeds = {"x": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)}
+    report, ref, out, _ = _fuse(model, tmp_path, feeds)
+    assert len(report.fused) == 1 and report.fused[0].num_groups == 4
+    _assert_same_numbers(ref, out)
+
+
+def test_reduce_mean_form_reshape_dim0_not_n_is_left(tmp_path):
+    # The statistics over Reshape(x, [2N, 4, -1]) (target computed, shape only from value_info):
+    # per-channel statistics, not 4 groups. Old: num_groups = 4 read from value_info dim 1.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["xs"]),
+        _const("i0", [0], np.int64), _const("i1", [1], np.int64), _const("two", [2], np.int64),
+        helper.make_node("Slice", ["xs", "i0", "i1"], ["n"]),
+        helper.make_node("Mul", ["n", "two"], ["n2"]),
+        _const("rest", [4, -1], np.int64),
+        helper.make_node("Concat", ["n2", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["xg"]),
+        _const("axes", [2], np.int64),
+        helper.make_node("ReduceMean", ["xg", "axes"], ["mean"]),
+        helper.make_node("Sub", ["xg", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2", "axes"], ["var"]),
+        _const("eps", np.float32(1e-5)),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["d", "std"], ["nrm"]),
+        helper.make_node("Reshape", ["nrm", "xs"], ["y"]),
+    ]
+    x = helper.make_tensor_value_info("x", F, ["N", 8, 4, 4])
+    info = [helper.make_tensor_value_info("xg", F, ["M", 4, 16])]
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", F, ["N", 8, 4, 4])], opset=18, value_info=info)
+    feeds = {"x": RNG.standard_normal((2, 8, 4, 4)).astype(np.float32)}
+    report, ref, out, _ = _fuse(model, tmp_path, feeds)
+    assert not report.fused
+    assert [left.reason for left in report.left] == ["cannot prove that the grouping Reshape's target is [N, G, -1]"]
+    _assert_same_numbers(ref, out)
+
+
+@pytest.mark.parametrize("gamma_shape", [(4,), (1, 1, 1, 4)])
+def test_mul_along_width_with_rank_unknown_is_not_gamma(tmp_path, gamma_shape):
+    # x has no shape at all (rank unknown): a Mul by [W] or [1, 1, 1, W] with W == C is along the
+    # width for a 4-D x, so it is no per-channel gamma; C is then unknown and the GroupNorm is left.
+    x = helper.make_tensor_value_info("x", F, None)
+    model = _instance_norm_graph(x, [0, 2, -1], 2, gamma=RNG.standard_normal(gamma_shape))
+    feeds = {"x": RNG.standard_normal((2, 4, 3, 4)).astype(np.float32)}
+    report, ref, out, _ = _fuse(model, tmp_path, feeds)
+    assert not report.fused
+    assert [left.reason for left in report.left] == ["the channel count C is not static"]
+    _assert_same_numbers(ref, out)
+
+
+@pytest.mark.parametrize("gamma_shape", [(4,), (1, 1, 1, 4)])
+def test_mul_along_width_with_rank_known_stays_a_mul(tmp_path, gamma_shape):
+    # Rank 4 and C known: the GroupNorm is fused without that Mul, which stays after it.
+    x = helper.make_tensor_value_info("x", F, ["N", 4, "H", 4])
+    model = _instance_norm_graph(x, [0, 2, -1], 2, gamma=RNG.standard_normal(gamma_shape))
+    feeds = {"x": RNG.standard_normal((2, 4, 3, 4)).astype(np.float32)}
+    report, ref, out, fused = _fuse(model, tmp_path, feeds)
+    assert [(f.num_groups, f.channels) for f in report.fused] == [(2, 4)]
+    assert "Mul" in [n.op_type for n in fused.graph.node]
+    _assert_same_numbers(ref, out)
+
+
+def _expanded_group_normalization(opset: int, scale_as_input: bool):
+    """ONNX's own function body of GroupNormalization, inlined (what onnx's *_expanded node tests hold)."""
+    from onnx.backend.test.case.node import function_expand_helper
+    from onnx.defs import get_schema
+
+    c, g = 6, 3
+    node = helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=g, epsilon=1e-5)
+    schema = get_schema("GroupNormalization", opset)
+    if schema.has_context_dependent_function:
+        types = [helper.make_tensor_type_proto(F, None).SerializeToString()] * 3
+        body = schema.get_context_dependent_function_with_opset_version(opset, node.SerializeToString(), types)
+    else:
+        body = schema.get_function_with_opset_version(opset)
+    function = onnx.FunctionProto()
+    function.ParseFromString(body)
+    nodes = list(function_expand_helper(node, function, "GN_"))
+    n_params = g if opset < 21 else c
+    scale = RNG.standard_normal(n_params).astype(np.float32)
+    bias = RNG.standard_normal(n_params).astype(np.float32)
+    inputs = [helper.make_tensor_value_info("x", F, [2, c, 5, 4])]
+    initializers = []
+    feeds = {"x": RNG.standard_normal((2, c, 5, 4)).astype(np.float32)}
+    if scale_as_input:
+        inputs += [helper.make_tensor_value_info("scale", F, [n_params]), helper.make_tensor_value_info("bias", F, [n_params])]
+        feeds.update(scale=scale, bias=bias)
+    else:
+        initializers = [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias")]
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", F, [2, c, 5, 4])], opset=opset,
+                   initializers=initializers)
+    return model, feeds
+
+
+@pytest.mark.parametrize("opset,scale_as_input", [(18, False), (21, False), (21, True)])
+def test_expanded_group_normalization_is_fused(tmp_path, opset, scale_as_input):
+    model, feeds = _expanded_group_normalization(opset, scale_as_input)
+    report, ref, out, fused = _fuse(model, tmp_path, feeds)
+    assert [(f.pattern, f.num_groups, f.channels) for f in report.fused] == [
+        ("ReduceMean/Mul/ReduceMean/Sub(E[x^2]-E[x]^2)/Add/Sqrt/Div", 3, 6)], report.summary()
+    assert [n.op_type for n in fused.graph.node if n.domain in ("", "ai.onnx")] == []
+    _assert_same_numbers(ref, out)
+
+
+def test_expanded_opset18_with_per_group_inputs_is_left(tmp_path):
+    # Per-group scale/bias that are graph inputs cannot become per-channel gamma/beta.
+    model, feeds = _expanded_group_normalization(18, scale_as_input=True)
+    report, ref, out, _ = _fuse(model, tmp_path, feeds)
+    assert not report.fused
+    assert [left.reason for left in report.left] == [
+        "per-group scale/bias that are not constants cannot be expanded to per-channel"]
+    _assert_same_numbers(ref, out)
+
+
+class _TwoGroupNorms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gn = torch.nn.GroupNorm(4, 8)
+        self.gn3 = torch.nn.GroupNorm(2, 8)
+        for p in self.parameters():
+            torch.nn.init.normal_(p)
+
+    def forward(self, x):
+        return self.gn3(torch.nn.functional.silu(self.gn(x)).flatten(2))
+
+
+@pytest.mark.parametrize("folding", [True, False])
+def test_torchscript_export_with_and_without_constant_folding(tmp_path, folding):
+    # do_constant_folding=False leaves Unsqueeze(weight) and Identity nodes where the constants
+    # were: C is static only after folding them; the 3-D GroupNorm's input has no value_info.
+    torch.manual_seed(0)
+    model = _TwoGroupNorms().eval()
+    x = torch.randn(2, 8, 4, 4)
+    src = tmp_path / "ts.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(src), dynamo=False, opset_version=17, do_constant_folding=folding,
+                          input_names=["x"], dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}})
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 8, 5, 6)).astype(np.float32)}
+    report, ref, out, fused = _fuse(onnx.load(str(src)), tmp_path, feeds)
+    assert [(f.num_groups, f.channels, f.activation) for f in report.fused] == [(4, 8, "silu"), (2, 8, "none")], \
+        report.summary()
+    assert not report.left
+    assert not [n for n in fused.graph.node if n.op_type in ("InstanceNormalization", "Unsqueeze", "Sigmoid")]
+    _assert_same_numbers(ref, out)
+    with torch.no_grad():
+        np.testing.assert_allclose(out[0], model(torch.from_numpy(feeds["x"])).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_inferred_shapes_do_not_stay_in_the_model(tmp_path):
+    # The pass infers shapes to prove what it fuses; the model it returns carries only the shapes
+    # it had (a TorchScript export: none but the graph's inputs and outputs).
+    import onnx_ir as ir
+
+    from trt_gn.onnx import fuse_model
+
+    torch.manual_seed(0)
+    src = tmp_path / "ts.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_TwoGroupNorms().eval(), (torch.randn(2, 8, 4, 4),), str(src), dynamo=False,
+                          opset_version=17, input_names=["x"], dynamic_axes={"x": {0: "b", 2: "h", 3: "w"}})
+    model = ir.load(src)
+
+    def shaped() -> set[str]:  # intermediate values with a shape
+        return {v.name for n in model.graph for v in n.outputs if v.shape is not None and not v.is_graph_output()}
+
+    assert shaped() == set()
+    report = fuse_model(model)
+    assert len(report.fused) == 2
+    assert shaped() == set()
