@@ -241,7 +241,7 @@ CLI_CASES = {
                                       _everything, BAD,
                                       "trt-gn build: error: plugin library nope.so (--plugin) does not exist"),
     "build-no-plugin": Case(["build", "model.onnx", "-o", "out.plan"] + PROFILE, _everything, MISSING,
-                            f"trt-gn build: error: {PLUGIN_MISSING}"),
+                            f"trt-gn build: error: {PLUGIN_MISSING}", needs="no-plugin"),
     "build-bad-workspace": Case(["build", "model.onnx", "--workspace", "4XB"], _everything, BAD,
                                 "trt-gn build: error: argument --workspace: '4XB' is not a size like 4GiB, 512MiB or "
                                 "a number of bytes"),
@@ -262,7 +262,7 @@ CLI_CASES = {
                                                    "failed: No module named 'tensorrt')", needs="no-tensorrt"),
     "triton-no-plugin": Case(["triton", "engine.plan", "--repository", "repo", "--io-from", "onnx", "--onnx",
                               "model.onnx", "--max-batch-size", "2"], _everything, MISSING,
-                             f"trt-gn triton: error: {PLUGIN_MISSING}"),
+                             f"trt-gn triton: error: {PLUGIN_MISSING}", needs="no-plugin"),
     # pipeline
     "pipeline-opset-0": Case(["pipeline", "--opset", "0", "--out", "o"], _everything, BAD,
                              f"trt-gn pipeline: error: --opset 0: torch.onnx (dynamo) exports opsets 17..{MAX_OPSET}"),
@@ -290,8 +290,21 @@ CLI_CASES = {
 }
 
 
+def _no_plugin() -> bool:
+    """No TensorRT plugin library for trt_gn to find (the no-plugin cases' premise)."""
+    from trt_gn import _lib
+
+    try:
+        _lib.find_plugin_library()
+    except FileNotFoundError:
+        return True
+    return False
+
+
 def _applies(case: Case) -> bool:
-    return {"": True, "no-tensorrt": not HAVE_TENSORRT, "no-gpu": not torch.cuda.is_available()}[case.needs]
+    needs = {"": lambda: True, "no-tensorrt": lambda: not HAVE_TENSORRT, "no-plugin": _no_plugin,
+             "no-gpu": lambda: not torch.cuda.is_available()}
+    return needs[case.needs]()
 
 
 @dataclass

@@ -262,7 +262,7 @@ def test_missing_plugin_library_is_one_clear_line(rtx, tmp_path, capsys):
                    "tensorrt-rtx", "--plugin", str(tmp_path / "nope.so"), "--batch", "1:1:2", "--height",
                    "8:16:32", "--width", "8:16:32"])
     err = capsys.readouterr().err.splitlines()
-    assert rc == 2 and err[0].endswith(f"plugin library {tmp_path / 'nope.so'} does not exist")
+    assert rc == 2 and err[0].endswith(f"plugin library {tmp_path / 'nope.so'} (--plugin) does not exist")
     assert os.listdir(tmp_path) == ["m.onnx"]
 
 
