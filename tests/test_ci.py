@@ -5,8 +5,23 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-CI_RUN = Path(__file__).resolve().parent.parent / ".ci" / "run"
-PYTEST_LINE = "python3 -P -m pytest -q tests || rc=$?"
+ROOT = Path(__file__).resolve().parent.parent
+CI_RUN = ROOT / ".ci" / "run"
+
+
+def readme_test_command() -> str:
+    """The command in the README's "Test" section."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## Test\n"):]
+    return section[section.index("```bash\n") + len("```bash\n"):].splitlines()[0].strip()
+
+
+PYTEST_LINE = f"{readme_test_command()} || rc=$?"
+
+
+def test_ci_runs_the_readme_test_command():
+    assert readme_test_command().startswith("python3 -P -m pytest")
+    assert PYTEST_LINE in CI_RUN.read_text()
 
 
 def _verdict(pytest_rc: int) -> subprocess.CompletedProcess:
@@ -14,7 +29,7 @@ def _verdict(pytest_rc: int) -> subprocess.CompletedProcess:
     text = CI_RUN.read_text()
     tail = text[text.index("rc=0\n"):]
     assert PYTEST_LINE in tail
-    script = "set -euo pipefail\n" + tail.replace(PYTEST_LINE, f"(exit {pytest_rc}) || rc=$?")
+    script = "set -euo pipefail\nstarted=$SECONDS\n" + tail.replace(PYTEST_LINE, f"(exit {pytest_rc}) || rc=$?")
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
 
 

@@ -263,7 +263,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
 
             # Every variant with its buffers, in table order; all live for the rounds.
             y_copy = torch.empty_like(x)
-            variants = {COPY: lambda: y_copy.copy_(x)}
+            variants = {COPY: lambda y=y_copy, x=x: y.copy_(x)}
             outputs = {}
             inputs = {layout: x.contiguous(memory_format=torch.channels_last) if layout == "nhwc" else x
                       for layout in layouts}
@@ -333,11 +333,6 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     return rows
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fileio.write_bytes(path, data)
-
-
 def write_csv(rows: list[Row], path: Path) -> None:
     buf = io.StringIO()
     fields = list(Row.__dataclass_fields__)
@@ -345,7 +340,7 @@ def write_csv(rows: list[Row], path: Path) -> None:
     writer.writeheader()
     for row in rows:
         writer.writerow({k: ("" if v is None else v) for k, v in asdict(row).items()})
-    _atomic_write_bytes(path, buf.getvalue().encode())
+    fileio.write_bytes(path, buf.getvalue().encode())
 
 
 def impl_order(rows: list[Row]) -> list[str]:
@@ -412,7 +407,7 @@ def write_plot(rows: list[Row], path: Path) -> None:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    _atomic_write_bytes(path, buf.getvalue())
+    fileio.write_bytes(path, buf.getvalue())
 
 
 PEER_LABELS = {TORCH["nchw"]: "eager NCHW", TORCH["nhwc"]: "eager cl", COMPILED["nchw"]: "compile NCHW",

@@ -259,32 +259,14 @@ def _write_plans(path: str, records) -> None:
     """case, plan, result a line (CSV), written whole or not at all."""
     import csv
     import io
-    import os
-    import tempfile
+
+    from .fileio import write_text
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(("case", "plan", "result"))
     writer.writerows(records)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".plans.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(buf.getvalue())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    import os
-
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    write_text(path, buf.getvalue())
 
 
 def main(argv: list[str] | None = None) -> int:
