@@ -501,15 +501,8 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
         for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
             steps.skip(skipped, f"{why_not_tensorrt}; no engine was built (see the engine build step)")
         return
-    batches = [b for b, _ in SHAPE_CASES]
-    latents = [lat for _, lat in SHAPE_CASES]
-    build_options = engine.BuildOptions(
-        plugin_library=plugin, precision="fp32", builder="tensorrt-rtx", target_cc=tuple(options.target_cc),
-        batch=engine.DimRange(min(batches), max(batches), max(batches)),
-        height=engine.DimRange(min(latents), max(latents), max(latents)),
-        width=engine.DimRange(min(latents), max(latents), max(latents)),
-        progress=options.progress,
-    )
+    build_options = _build_options(plugin, options.progress, precision="fp32", builder="tensorrt-rtx",
+                                   target_cc=tuple(options.target_cc))
     with steps.run(STEP_ENGINE) as step:
         try:
             built = engine.build_engine(fused, plan, build_options)
@@ -530,19 +523,26 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
                             f"TensorRT-RTX plans (`trt-gn triton --backend python` serves the fused ONNX model)")
 
 
+def _build_options(plugin: Path, progress: bool, **kwargs):
+    """The engine step's BuildOptions: one profile spanning the validation's batches and latents."""
+    from . import engine
+
+    batches = [b for b, _ in SHAPE_CASES]
+    latents = [lat for _, lat in SHAPE_CASES]
+    return engine.BuildOptions(
+        plugin_library=plugin, progress=progress,
+        batch=engine.DimRange(min(batches), max(batches), max(batches)),
+        height=engine.DimRange(min(latents), max(latents), max(latents)),
+        width=engine.DimRange(min(latents), max(latents), max(latents)),
+        **kwargs,
+    )
+
+
 def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, plugin: Path,
                     cases: list[dict], stage: Path) -> None:
     from . import engine, triton
 
-    batches = [b for b, _ in SHAPE_CASES]
-    latents = [lat for _, lat in SHAPE_CASES]
-    build_options = engine.BuildOptions(
-        plugin_library=plugin, precision=options.precision,
-        batch=engine.DimRange(min(batches), max(batches), max(batches)),
-        height=engine.DimRange(min(latents), max(latents), max(latents)),
-        width=engine.DimRange(min(latents), max(latents), max(latents)),
-        progress=options.progress,
-    )
+    build_options = _build_options(plugin, options.progress, precision=options.precision)
     built = None
     with steps.run(STEP_ENGINE) as step:
         try:
