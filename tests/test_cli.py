@@ -94,7 +94,9 @@ def run_warm(cases: dict[str, tuple[list[str], Path]], logs: Path) -> dict[str, 
     """Run each (args, cwd) through the warm runner; stdout/stderr are kept in `logs`."""
     spec_ = {name: dict(args=args, cwd=str(cwd), stdout=str(logs / f"{name}.out"), stderr=str(logs / f"{name}.err"))
              for name, (args, cwd) in cases.items()}
-    proc = subprocess.run([sys.executable, "-c", _WARM_RUNNER], input=json.dumps(spec_), env=cli_env(),
+    # Started in `logs`: `-c` puts the working directory first on sys.path, and a repository root
+    # there would shadow the trt_gn under test (the installed one, with -P) with the source tree.
+    proc = subprocess.run([sys.executable, "-c", _WARM_RUNNER], input=json.dumps(spec_), env=cli_env(), cwd=logs,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     codes = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -51,7 +52,11 @@ def test_parse_case_rejects_bad_specs(text, message):
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "trt_gn.fuzz", *args], capture_output=True, text=True, timeout=120)
+    # From a folder without trt_gn, with the package under test on PYTHONPATH (as test_cli does).
+    from test_cli import cli_env
+
+    return subprocess.run([sys.executable, "-m", "trt_gn.fuzz", *args], capture_output=True, text=True, timeout=120,
+                          cwd=tempfile.gettempdir(), env=cli_env())
 
 
 def test_command_line_errors():

@@ -301,7 +301,7 @@ def _parse_in_child(model: Path, *plugin: Path) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(Path(engine.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
     run = subprocess.run([sys.executable, "-c", _PARSE, str(model), *map(str, plugin)], capture_output=True,
-                         text=True, timeout=120, env=env)
+                         text=True, timeout=120, env=env, cwd=model.parent)  # not the repository root
     assert run.returncode == 0, f"rc {run.returncode}: {run.stdout}{run.stderr}"
     return run.stdout.strip()
 
