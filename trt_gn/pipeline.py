@@ -503,21 +503,7 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
         return
     build_options = _build_options(plugin, options.progress, precision="fp32", builder="tensorrt-rtx",
                                    target_cc=tuple(options.target_cc))
-    with steps.run(STEP_ENGINE) as step:
-        try:
-            built = engine.build_engine(fused, plan, build_options)
-        except engine.EngineBuildError as exc:
-            step.status, step.detail = "failed", f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-        else:
-            step.detail = (f"{plan.name}: {built.plan_bytes / 2**20:.1f} MiB, TensorRT-RTX {built.tensorrt_version}, "
-                           f"fp32, compute capability {','.join(built.targets)}, {built.plugin_layers}/"
-                           f"{built.plugin_nodes} trt_gn nodes as plugin layers")
-            report["engine"] = dict(plan=plan.name, bytes=built.plan_bytes, seconds=round(built.seconds, 2),
-                                    builder=built.builder, targets=list(built.targets),
-                                    tensorrt=built.tensorrt_version, precision="fp32",
-                                    plugin_nodes=built.plugin_nodes, plugin_layers=built.plugin_layers,
-                                    plugin_library=str(built.plugin_library),
-                                    profile=[dataclasses.asdict(s) for s in built.profile])
+    _engine_step(steps, report, fused, plan, build_options)
     steps.skip(STEP_TRT_COMPARE, no_run)
     steps.skip(STEP_TRITON, f"{why_not_tensorrt}; Triton's TensorRT backend runs TensorRT plans, not "
                             f"TensorRT-RTX plans (`trt-gn triton --backend python` serves the fused ONNX model)")
@@ -538,24 +524,35 @@ def _build_options(plugin: Path, progress: bool, **kwargs):
     )
 
 
-def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, plugin: Path,
-                    cases: list[dict], stage: Path) -> None:
-    from . import engine, triton
+def _engine_step(steps: _Steps, report: dict, fused: Path, plan: Path, build_options):
+    """Build the engine as the engine step; the result, or None where the build failed (the step says why)."""
+    from . import engine
 
-    build_options = _build_options(plugin, options.progress, precision=options.precision)
-    built = None
     with steps.run(STEP_ENGINE) as step:
         try:
             built = engine.build_engine(fused, plan, build_options)
         except engine.EngineBuildError as exc:
             step.status, step.detail = "failed", f"{exc.message} ({exc.hint})" if exc.hint else exc.message
-        else:
-            step.detail = f"{plan.name}: {built.plan_bytes / 2**20:.1f} MiB, TensorRT {built.tensorrt_version}, {options.precision}"
-            report["engine"] = dict(plan=plan.name, bytes=built.plan_bytes, seconds=round(built.seconds, 2),
-                                    builder=built.builder, targets=[], tensorrt=built.tensorrt_version,
-                                    precision=options.precision, plugin_nodes=built.plugin_nodes,
-                                    plugin_layers=built.plugin_layers, plugin_library=str(built.plugin_library),
-                                    profile=[dataclasses.asdict(s) for s in built.profile])
+            return None
+        name = "TensorRT-RTX" if built.builder == "tensorrt-rtx" else "TensorRT"
+        targets = f", compute capability {','.join(built.targets)}" if built.targets else ""
+        step.detail = (f"{plan.name}: {built.plan_bytes / 2**20:.1f} MiB, {name} {built.tensorrt_version}, "
+                       f"{build_options.precision}{targets}, {built.plugin_layers}/{built.plugin_nodes} trt_gn nodes "
+                       f"as plugin layers")
+        report["engine"] = dict(plan=plan.name, bytes=built.plan_bytes, seconds=round(built.seconds, 2),
+                                builder=built.builder, targets=list(built.targets), tensorrt=built.tensorrt_version,
+                                precision=build_options.precision, plugin_nodes=built.plugin_nodes,
+                                plugin_layers=built.plugin_layers, plugin_library=str(built.plugin_library),
+                                profile=[dataclasses.asdict(s) for s in built.profile])
+        return built
+
+
+def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, plugin: Path,
+                    cases: list[dict], stage: Path) -> None:
+    from . import engine, triton
+
+    build_options = _build_options(plugin, options.progress, precision=options.precision)
+    built = _engine_step(steps, report, fused, plan, build_options)
 
     if shutil.which("polygraphy") is None:
         steps.skip(STEP_TRT_COMPARE, "polygraphy is not installed (pip install polygraphy)")
