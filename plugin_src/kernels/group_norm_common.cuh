@@ -127,13 +127,10 @@ __device__ __forceinline__ void storeGlobal(uint32_t* p, uint32_t v) {
 
 // kAsm: the vector stored by asm, not by assignment. NVVM split
 // `*(uint4*)p = u` into four 4-byte stores in the NCHW on-chip grid and, with
-// pointers stepped by a runtime stride, in the NHWC cluster kernels
-// (1x512x64x64 NHWC 6.5 -> 10.2 us); those take kAsm. It splits them in the
-// NCHW cluster kernels too (two or more vectors a thread), where asm stores
-// measured within run-to-run noise, and in the on-chip NHWC grid, whose
-// stores were whole already, asm stores (with or without a memory clobber)
-// ran 0.1-0.3 us slower on most shapes: both keep assignments. (__stwb,
-// st.global.wb, compiles to a strong store.)
+// pointers stepped by a runtime stride, in the NHWC cluster kernels; those
+// take kAsm. The NCHW cluster kernels and the NHWC on-chip grid keep
+// assignments: asm stores were no faster there. (__stwb, st.global.wb,
+// compiles to a strong store.)
 template <typename T, int VEC, Cache C = Cache::kDefault, bool kAsm = false>
 __device__ __forceinline__ void storeVec(T* p, const float (&f)[VEC]) {
     if constexpr (VEC == 1) {
@@ -188,7 +185,6 @@ __device__ __forceinline__ float rcpApprox(float x) {
     return y;
 }
 
-template <typename T>
 __device__ __forceinline__ float activate(float v, int act) {
     if (act == TRTGN_ACTIVATION_SILU) {
         // x * sigmoid(x) = x / (1 + 2^(-x log2 e)): five instructions. For
@@ -225,7 +221,7 @@ __device__ __forceinline__ void activateVec(float (&o)[N], int act) {
     if (act == TRTGN_ACTIVATION_SILU) {
 #pragma unroll
         for (int i = 0; i + 1 < N; i += 2) siluPair(o[i], o[i + 1]);
-        if constexpr (N % 2 == 1) o[N - 1] = activate<float>(o[N - 1], act);
+        if constexpr (N % 2 == 1) o[N - 1] = activate(o[N - 1], act);
     }
 }
 

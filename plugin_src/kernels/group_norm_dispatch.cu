@@ -49,10 +49,8 @@ cudaError_t launchGroupNorm(const Problem& p, void* workspace, cudaStream_t stre
     // The single-pass paths work on 16-byte vectors only. Tried in order:
     // clusters where their plan is estimated to beat the on-chip grid; the
     // on-chip persistent grid (Hopper, any size that fits: also small tensors
-    // whose cluster plans are slow, e.g. 2x320x48x48 fp16 NHWC, 13.3 -> 7.1 us
-    // on an H100, and those no cluster plan fits, e.g. 1x320x80x80: 24 us in
-    // two passes); clusters with any plan (GPUs without the grid); then two
-    // passes (everything else).
+    // whose cluster plans are slow, and those no cluster plan fits); clusters
+    // with any plan (GPUs without the grid); then two passes (everything else).
     const int vec = 16 / elementBytes(p.dtype);
     const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
     const bool vectorizable = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0

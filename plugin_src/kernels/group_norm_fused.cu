@@ -10,9 +10,7 @@
 // of the group, so the sums of d stay small and fp32 keeps full precision
 // even for |mean| >> std. One reduction, not two (sum, then sum of squares
 // about the mean), because each is a chain of barriers; gamma and beta are
-// loaded with the data, so no global load waits behind the statistics. The
-// two together, same plan, same H200: sd15-unet-1280x16 NHWC 6.6 -> 5.4 us,
-// 1280x8 4.0 -> 3.3 us.
+// loaded with the data, so no global load waits behind the statistics.
 //
 // gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, where a group
 // is one contiguous run of (C/G)*H*W elements, and NHWC where C/G is a
@@ -47,7 +45,6 @@ constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
 // registers: the data (4 per 16-byte vector) plus per-element statistics.
 constexpr int kFusedMaxThreads = 512;
 constexpr int kMaxWarps = kFusedMaxThreads / 32;
-__host__ __device__ constexpr int fusedMaxThreads(int) { return kFusedMaxThreads; }
 // Registers a thread needs, for the occupancy estimate of the planner.
 constexpr int fusedRegs(int vpt, bool nhwc) { return (nhwc ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwc ? 64 : 32) + 6 * vpt; }
 
@@ -133,13 +130,7 @@ __device__ __forceinline__ double2 sumEntries(const V* p, int stride, int n) {
 // Sum of the kMaxWarps float pairs p[e * stride] (a block's warp sums), as a
 // tree of fixed shape: all loads first, no branches. Entries of warps a block
 // does not have are zero (exchangeSums writes them), so the code is the same
-// for every block size. Before, sumEntries added the block's own warps in
-// chunks of 4, each behind a branch (about 90 instructions a thread for 10
-// warps, against 45 now). H100, the two alternated 3 times in each of two
-// runs, fp16 / bf16: sd15-unet-1280x16 NHWC 3.75-3.92 -> 3.66-3.87 /
-// 3.82-3.98 -> 3.77-3.86 us, 2560x8 NCHW 3.10-3.24 -> 3.01-3.13 / 3.14-3.24
-// -> 3.06-3.19, most other cluster shapes 0-0.1 us faster; 1x512x64x64 NCHW
-// fp16 (clusters of 8) 0.12-0.17 us slower.
+// for every block size (half the instructions of a branching, chunked sum).
 __device__ __forceinline__ double2 sumWarpEntries(const float2* p, int stride) {
     float2 v[kMaxWarps];
 #pragma unroll
@@ -170,19 +161,10 @@ __device__ __forceinline__ double2 sumWarpEntries(const float2* p, int stride) {
 // has landed, so no block needs a barrier at exit. (gnFusedNHWC keeps
 // clusterFinish below: block sums, cluster barrier, remote reads, statistics
 // handed out through shared memory, a second barrier.)
-// Before, a cluster barrier followed plain remote stores (its release
-// semantics compile to MEMBAR.ALL.GPU), and the entries were added by lanes
-// strided over them (a division for the trip count) and xor shuffles of
-// doubles. %globaltimer stamps (H100, fp16, medians over blocks), from the
-// warps' sums to the statistics: sd15-unet-640x32 on clusters of 2, NHWC
-// 1.18 -> 0.86 us, NCHW 1.28 -> 0.91 us; sd15-unet-1280x8 NHWC in one block,
-// 0.55 -> 0.36 us (with the entries in double; in fp32, below, 0.32 us).
-// The warps' sums (at most 16 a slot) are added in fp32 and the total goes to
-// double once: a sum as short as the shuffle trees that made each of them.
-// In double, the sum of a 10-warp block's entries took 0.35 us before the
-// send, in fp32 0.27-0.29 us (stamps, sd15-unet-640x32 on clusters of 2);
-// with each entry converted to double where it is read (32 conversions a
-// thread, at the MUFU's rate) the one-block case took 0.45 us.
+// (A cluster barrier after plain remote stores, whose release compiles to
+// MEMBAR.ALL.GPU, was slower.) The warps' sums (at most 16 a slot) are added
+// in fp32 and the total goes to double once: a sum as short as the shuffle
+// trees that made each of them (adding in double was slower).
 constexpr int kMaxK = 8;  // blocks a cluster
 
 #if __CUDA_ARCH__ >= 900
@@ -321,10 +303,8 @@ __device__ __forceinline__ Affine affineOf(float4 st, float gamma, float beta) {
 
 // gamma or beta (NULL: dflt) of the VEC channels c0 .. c0 + VEC - 1, c0 a
 // multiple of VEC: whole 16-byte loads where the pointer is 16-byte aligned
-// (the same for every thread), one load an element otherwise. One or two
-// loads instead of VEC made the NHWC kernels 0.25-0.4 us faster on the small
-// UNet shapes (H200, fp16); kept as loaded bit patterns and converted where
-// used instead, they gained only 0-0.15 us.
+// (the same for every thread), one load an element otherwise. Fewer loads
+// made the NHWC kernels faster on small shapes.
 template <typename T, int VEC>
 __device__ __forceinline__ void loadAffineVec(const void* p, int64_t c0, bool fp32, float dflt, float (&out)[VEC]) {
     // Narrow vectors (gnFusedGroup's NHWC groups of 4 or 8 bytes a pixel)
@@ -359,7 +339,7 @@ __device__ __forceinline__ void loadAffineVec(const void* p, int64_t c0, bool fp
 // ---------------------------------------------------------------- NHWC ----
 
 template <typename T, int VPT>
-__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a) {
+__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedNHWC(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
     __shared__ float2 red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
     __shared__ double2 part[VEC];  // this block's sums per group of the set (<= VEC groups)
@@ -472,7 +452,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedNHWC(FusedArgs a)
 // (lo for e < split, hi after) and it keeps two pairs of scalar sums. No idle
 // lanes, and consecutive threads read consecutive memory.
 template <typename T, int VPT>
-__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a) {
+__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedSet2(FusedArgs a) {
     constexpr int VEC = kVec16<T>;
     __shared__ __align__(16) float2 red[kMaxWarps * VEC];  // see exchangeSums
     __shared__ double2 table[kMaxK * VEC];
@@ -583,7 +563,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedSet2(FusedArgs a)
 // t % lanes of units t / lanes, t / lanes + rows, ... (consecutive threads
 // read consecutive memory in both layouts).
 template <typename T, int VPT, bool NHWC, int VB = 16>
-__global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a) {
+__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedGroup(FusedArgs a) {
     static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
     constexpr int VEC = VB / int(sizeof(T));
     __shared__ __align__(16) float2 red[kMaxWarps];  // see exchangeSums
@@ -603,23 +583,17 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     const int part = blockIdx.x & sMask;
     // Lambdas capture locals by value: capturing `a` by reference made NVVM
     // address the kernel parameter through a pointer, and the NCHW kernels
-    // 0.1-0.5 us slower (H100; 1x512x64x64, 2x320x64x64, 1x96x160x160).
+    // slower.
     auto mine = [=](int i) { return (i & sMask) == part; };
     // Element offset of the group's first element, and of the thread's
     // vector i. NCHW keeps its earlier form (a division, 64-bit unit
-    // offsets); the NHWC form was timed on NCHW only together with lambdas
-    // that captured `a` by reference, which slowed NCHW by 0.1-0.5 us.
+    // offsets): the NHWC form has not been measured on NCHW alone.
     const int64_t g = NHWC ? int64_t(blockIdx.x >> (a.log2K + a.log2S)) : int64_t(blockIdx.x / K);
     // NHWC offsets are 32-bit (the host sends no tensor of 2^31 elements or
     // more here) and the thread's is one sum of products of host-made terms:
-    // u0 * cs + lu * VEC = tid * VEC + row * (cs - lanes * VEC) + rank's.
-    // The first load of gnFusedGroup<half, 4, NHWC> moved from the 61st
-    // instruction to the 37th. H100, old and new alternated 3 and 5 times,
-    // fp16 / bf16: sd15-unet-1280x16 0.06-0.12 / 0.02-0.07 us faster,
-    // 640x32 0.06-0.10 faster / 0.01-0.02 slower, 2560x8 0.03-0.08 faster,
-    // 1280x8 and 2x640x16x16 within 0.04; 1x512x64x64 0.16-0.23 faster in
-    // fp16, 0.15-0.24 slower in bf16. Loading k before the data as well
-    // made 640x32 0.1-0.2 us slower than this.
+    // u0 * cs + lu * VEC = tid * VEC + row * (cs - lanes * VEC) + rank's,
+    // so the first load goes out early. (Loading k before the data as well
+    // was slower.)
     const uint32_t base32 = NHWC ? blockIdx.y * a.imageStride32 + uint32_t(g) * uint32_t(a.cpg) : 0u;
     const int64_t base = NHWC ? int64_t(base32) : (int64_t(blockIdx.y) * a.c + g * a.cpg) * a.hw;
     const int R = a.R;
@@ -641,12 +615,7 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
 
     // Where the plan covers the units exactly (a uniform branch), NHWC loads
     // go out without bounds checks: fewer instructions before the first
-    // load. H100, alternated 3 and 4 times, fp16 / bf16: sd15-unet-640x32
-    // (narrow vectors) 5.67-5.89 -> 5.46-5.59 / 5.67-5.85 -> 5.46-5.62 us,
-    // 2x320x32x32 (gnFusedSet2) 0.04-0.13 us faster, 1x512x64x64 0.12-0.16
-    // us slower in fp16 and 0.13-0.19 faster in bf16, others within noise.
-    // NCHW kept its code: the same branch made it 0.16-0.37 us slower on two
-    // shapes (1x512x64x64 bf16, 2x640x32x32 bf16).
+    // load. NCHW keeps its checks: the same branch made it slower.
     Raw<T, VEC> data[VPT];
     if (NHWC && a.exact) {
 #pragma unroll
@@ -692,10 +661,8 @@ __global__ void __launch_bounds__(fusedMaxThreads(VPT)) gnFusedGroup(FusedArgs a
     }
 
     // Each vector's sums first, then the thread's: one running sum of up to
-    // 128 values put 16-bit outputs near zero up to 1.5x (NHWC) and 2.1x
-    // (NCHW) past their tolerance where the shift k lies 3-4 std from the
-    // group's mean (H200, fp16: NHWC 7 of 8 seeds of 2x1920x32x32, NCHW 12
-    // of 16 of 1x32x128x128 with one group; with vector sums first, none).
+    // 128 values put 16-bit outputs near zero past their tolerance where the
+    // shift k lies 3-4 std from the group's mean.
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
@@ -758,7 +725,7 @@ struct FusedPlan {
     bool ok = false;
     int K = 0, vpt = 0, R = 0, threads = 0;
     int S = 1;  // blocks a group (K == 1): splitPlan
-    double cost = 0;  // the estimate below: about 1 ns a unit on an H200 (0.85-1.2 for half the cases)
+    double cost = 0;  // the estimate below, in units of about 1 ns
 };
 
 // The kernel a plan is for; each prices a vector and a cluster its own way.
@@ -776,28 +743,18 @@ enum class PlanKind {
 // length costs time: see README) and, NCHW, a division (gone since the fit:
 // see ChannelWalk) and two affine loads a vector; the data the busiest SM
 // holds; threads a block (barriers over more warps) and threads the busiest
-// SM runs (more warps queue for the same memory and barriers: with clusters
-// of 8, 160-thread blocks beat 320-thread ones holding twice the vectors by
-// up to 1.4 us); a cluster's barrier and distributed-shared-memory stores,
-// growing with K. The constants are fitted to a sweep of every (K, VPT) on
-// an H200 (29 shapes and dtypes of 0.3-21 MB, fp16 and fp32, NHWC and NCHW:
-// 58 cases, 439 plans, each timed twice), together with kFusedOverGridCost
-// (group_norm_fused.h): what they pick, clusters or the on-chip grid, is
-// 1.4% slower on average than the fastest of each case (3-fold
-// cross-validation by shape: 1.8-2.3% on the held-out shapes); the previous
-// constants, with the grid from 4 MB, 9.1%.
+// SM runs (more warps queue for the same memory and barriers); a cluster's
+// barrier and distributed-shared-memory stores, growing with K. The
+// constants are fitted to a sweep of every (K, VPT) plan, together with
+// kFusedOverGridCost (group_norm_fused.h).
 // Narrow plans (kNHWCNarrow) have their own cost a vector and a cluster,
-// fitted to a sweep of their (K, VPT) plans (H200, 19 NHWC shapes of 0.3-10
-// MB with C/G = 10, 12, 20, 30 and 60, fp16, bf16 and fp32; 31 cases, each
-// plan timed twice): 2.1% above the fastest of each case on average (2.6%
-// leaving each shape out of the fit in turn), 10.1% without them. Their
-// measured optimum is mostly clusters of 2 for two images, which the other
-// kinds' constants price too high.
+// fitted to a sweep of their own plans: their best is mostly clusters of 2
+// for two images, which the other kinds' constants price too high.
 FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, PlanKind kind, int minK = 1) {
     const bool narrow = kind == PlanKind::kNHWCNarrow;
     const double perVector = kind == PlanKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
     const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
-    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // what was measured
+    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
     FusedPlan best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
     while (l % 2 == 0 && g32 > 1) {
@@ -811,7 +768,7 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
             const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
             const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
             const int64_t threads = R * lanes;
-            if (threads > fusedMaxThreads(vpt)) continue;
+            if (threads > kFusedMaxThreads) continue;
             if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
             const int64_t regs = fusedRegs(vpt, kind == PlanKind::kNHWCSet);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
@@ -838,17 +795,14 @@ FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int 
 }
 
 // A plan of single blocks (K = 1) that leaves more than half the SMs idle
-// (sd15-unet-1280x8, 1280x16, 2560x8 NHWC: 64 groups) runs two blocks a group
-// instead: each loads and sums the whole group (the second block's read is
-// served by L2) and writes every other vector of its threads (log2S). No
-// exchange between blocks, and half the writes, with their SiLU, an SM. Where
-// a thread would hold 4 or more vectors, the block takes twice the threads
-// with half the vectors each. NHWC groups of whole 16-byte vectors
-// (gnFusedGroup), Hopper: where it was measured. H100, fp16, every plan timed
-// twice (sweep): sd15-unet-2560x8 (1,4,160) 3.31 us -> two blocks 3.13, with
-// 320 threads 3.00; 1280x16 (1,4,320) 3.86 -> 3.73; 1280x8 (1,2,160) 2.82 ->
-// 2.78. Not for the 8-byte groups (2x640x16x16, 20 halves a pixel: 3.30 ->
-// 3.36) nor NCHW, whose picked one-block plans hold one vector a thread.
+// (64 groups, say) runs two blocks a group instead: each loads and sums the
+// whole group (the second block's read is served by L2) and writes every
+// other vector of its threads (log2S). No exchange between blocks, and half
+// the writes, with their SiLU, an SM. Where a thread would hold 4 or more
+// vectors, the block takes twice the threads with half the vectors each.
+// NHWC groups of whole 16-byte vectors (gnFusedGroup), Hopper: where it was
+// measured faster. Not for the 8-byte groups (slower) nor NCHW, whose
+// one-block plans hold one vector a thread.
 FusedPlan splitPlan(FusedPlan plan, int64_t clusters, const DeviceInfo& dev) {
     if (!plan.ok || plan.K != 1 || !dev.hopperCode || 2 * clusters > dev.numSMs || plan.vpt < 2) return plan;
     plan.S = 2;
@@ -938,10 +892,8 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
     // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
     // sector an SM fetches belongs to another cluster. Such sets are doubled
-    // (two vectors, gnFusedSet2, at most VEC groups a set). H200, old and new
-    // alternated: fp16 1x256x64x64 6.7 -> 6.0 us, 1x128x128x128 11.25 -> 9.0
-    // us; priced as doubled sets, fp16 1x256x128x128 and fp32 1x128x128x128
-    // go to the on-chip grid instead, 16.8 -> 11.8 and 16.5 -> 10.4 us.
+    // (two vectors, gnFusedSet2, at most VEC groups a set); priced as doubled
+    // sets, the larger tensors go to the on-chip grid instead.
     const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
     const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
                        pairSet / p.cpg <= VEC;
@@ -949,11 +901,9 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
     // whole 8-byte ones (C/G = 12, 20, 60 halves; 10 floats), or at least 8
     // 4-byte ones (C/G = 30 halves): one group a cluster, read in 8- or
     // 4-byte vectors, instead of the sets below (several groups a cluster,
-    // fewer and larger clusters). H200, fp16, the plans picked: 2x640x32x32
-    // 5.8-6.0 -> 5.5 us, 2x640x16x16 4.2 -> 3.55, 2x1920x16x16 5.8 -> 4.5,
-    // 2x1920x32x32 10.1 -> 8.55, 2x960x32x32 8.3 -> 6.65. With 5 lanes of 4
-    // bytes (C/G = 10 halves: 20 bytes a pixel) they were 0.1-5 us slower
-    // than the sets or the grid on 5 of 6 shapes.
+    // fewer and larger clusters), which were slower. Not with 5 lanes of 4
+    // bytes (C/G = 10 halves: 20 bytes a pixel): slower than the sets or the
+    // grid there.
     const int64_t groupBytes = p.cpg * int64_t(sizeof(T));
     const int narrowBytes = groupBytes % 8 == 0 ? 8 : 4;
     const int64_t narrowLanes = groupBytes / narrowBytes;
@@ -1005,9 +955,9 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         kernel = pickKernel<T, NHWCSet2Kernel>(plan.vpt);
         kernelName = "gnFusedSet2";
     } else if (p.layout == TRTGN_LAYOUT_NHWC) {
-        // Measured on an H200 (fp16): this kernel wins up to ~5 MB and loses
-        // to the two-pass kernels from ~10 MB, where its wide per-thread state
-        // costs more than a second read from L2.
+        // This kernel wins on small tensors and loses to the two-pass kernels
+        // on large ones, where its wide per-thread state costs more than a
+        // second read from L2.
         constexpr double kMaxBytes = 8.0 * (1 << 20);
         if (double(p.n) * double(p.hw) * double(p.c) * sizeof(T) > kMaxBytes) return cudaSuccess;
         const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
@@ -1033,12 +983,8 @@ cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxC
         // Where clusters of 2 put one block on each of at least half the SMs
         // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
         // fastest on them, which the estimate, preferring clusters of 4-8 (2-4
-        // blocks an SM), misses. H200, old and new alternated twice, fp16 /
-        // bf16: sd15-unet-320x64 6.9 -> 6.7 / 6.7 -> 6.6 us, 640x32 4.9 ->
-        // 4.8 / 4.95 -> 4.7, 2x640x48x48 7.6 -> 7.0 / 7.45 -> 6.8,
-        // 2x256x64x64 6.15 -> 5.5 / 6.2 -> 5.45, 2x960x32x32 6.2 -> 5.4 (both).
-        // Not for groups under 512 vectors (sd15-unet-1280x8: 2.75 -> 3.0-3.3
-        // us) nor fp32 (slower on 5 of 13 shapes, up to 0.85 us).
+        // blocks an SM), misses. Not for groups under 512 vectors nor fp32
+        // (slower there).
         if (sizeof(T) == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
             const FusedPlan pairs = planFused(units, 1, clusters, dev.numSMs, 2, PlanKind::kNCHW, 2);
             if (pairs.ok) plan = pairs;

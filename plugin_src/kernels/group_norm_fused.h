@@ -30,14 +30,10 @@ cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* w
 cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream,
                            bool* launched, PlanInfo* describe);
 // The cluster plans' estimated cost (planFused) above which the on-chip grid
-// is faster where it applies (on an H200 the grid takes 8.4-9.9 us at 4-5
-// MB). Fitted with the planner's constants (see planFused): for example
-// 1x512x64x64 fp16 NHWC (4.2 MB) now runs on clusters, 9.8 -> 6.7 us, while
-// 2x320x64x64 NHWC (5.2 MB) stays on the grid (9.9 us; its best cluster plan
-// 9.7, the plan picked 11.0). It applies at every size: under 4 MB most plans
-// are estimated under it (there the grid's barrier and partial sums cost more
-// than they save), and those that are not ran slower than the grid (H100,
-// fp16 NHWC: 2x320x48x48 13.3 us on clusters of 2, 7.1 us on the grid).
+// is faster where it applies. Fitted together with the planner's constants
+// (see planFused). It applies at every size: under 4 MB most plans are
+// estimated under it (there the grid's barrier and partial sums cost more
+// than they save), and those that are not ran slower than the grid.
 constexpr double kFusedOverGridCost = 8250.0;
 
 // Statistics, finalisation, application: three kernels, any size and

@@ -322,10 +322,8 @@ __device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
 
 // Loads of 16 bytes in flight per thread where the head streams from global
 // memory. Each is unrolled code run once per launch, so fewer can be faster
-// although they leave less in flight. Timed on an H200, fp16, VAE 512x512
-// shapes, with 2, 3, 4, 5 and 8: NHWC first read (512 threads) 5 (-1.5 us
-// on 1x128x512x512 against 8, same on 1x256x512x512; 2-3 were slower); NCHW
-// both reads (1024 threads) 2 (-2.0 / -2.9 us against 8).
+// although they leave less in flight: these were the fastest of 2, 3, 4, 5
+// and 8 (NHWC first read, 512 threads; NCHW both reads, 1024 threads).
 [[maybe_unused]] constexpr int kNhwcSumUnroll = 5;
 [[maybe_unused]] constexpr int kNchwStreamUnroll = 2;
 
@@ -349,8 +347,8 @@ __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, B
 // streamItems with the next batch's loads issued before the current batch is
 // used (twice the registers), so that they stay in flight while the current
 // one is normalised and activated. Used for the NHWC second read where most
-// of the image is head (gnStreamNHWC<T, true>, see the launch); NCHW (1024 threads,
-// 2 in flight) ran 0.5-0.9 us slower with it, so it keeps streamItems.
+// of the image is head (gnStreamNHWC<T, true>, see the launch); NCHW (1024
+// threads, 2 in flight) ran slower with it, so it keeps streamItems.
 template <int U, typename Load, typename Use, typename Between>
 __device__ __forceinline__ void streamItemsAhead(int64_t items, Load load, Use use, Between between) {
     int64_t q = 0;
@@ -373,8 +371,8 @@ __device__ __forceinline__ void streamItemsAhead(int64_t items, Load load, Use u
     for (; q < items; ++q) use(load(q), q);
 }
 // Tile rows to interleave with each batch of head loads (NHWC), so that the
-// tile's share is spread over the whole head instead of following it: about
-// 1% faster on the VAE shapes; NCHW measured no faster.
+// tile's share is spread over the whole head instead of following it
+// (faster; NCHW measured no faster).
 template <int U>
 [[maybe_unused]] __host__ __device__ constexpr int64_t perBatch(int64_t headItems, int64_t tileItems) {
     // 32-bit division: a block's rows are < 2^31
@@ -405,8 +403,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     // tile of tileCap pixels per block (B blocks), which lands in shared
     // memory. The head is dealt out in slabs of rowsPerPass pixels, slab s to
     // block s mod B, so that all blocks read (and later write) one moving
-    // front of memory rather than B separate streams: the phase-2 mix of
-    // reads and writes ran 8% faster that way in a copy test on 134 MB.
+    // front of memory rather than B separate streams (a mix of reads and
+    // writes runs faster that way).
     const HeadSplit hs = headSplit(a.hw, a.tileCap, a.blocksPer, rowsPerPass);
     const int64_t kept = a.tileCap;
     const int64_t tile0 = hs.head + int64_t(jb) * a.tileCap;  // the image's first pixel in the tile
@@ -514,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
     // rows x channels, then an xor shuffle over the P lanes. A thread's count * (mean - k) and M2 + count *
     // (mean - k)^2 are added in double: the means are relative to k, so the
     // squares carry no large terms that cancel. No divisions in the loop.
-    // (A warp per group in two passes with a division per item took 3 us.)
+    // (A warp per group in two passes with a division per item was slower.)
     // A streamed chunk has a few hundred rows a thread (see the launch): its
     // row counts fit 32 bits.
     // Rows summed by the threads of row r: head slabs, then tile rows r mod rowsPerPass.
@@ -562,7 +560,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
         const int g = item % a.groups, p = item / a.groups;
         double u1 = 0.0, u2 = 0.0;
         // Up to kBatch loads in flight: one L2 round trip for <= 16 * parts
-        // blocks (two dependent rounds of 4 took 2.3 us on 132 blocks).
+        // blocks (two dependent rounds of 4 were slower).
         constexpr int kBatch = 16;
         for (int b0 = p; b0 < a.blocksPer; b0 += kBatch * parts) {
             double2 v[kBatch];
@@ -611,9 +609,9 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
             float o[VEC];
             if constexpr (kIsBf16<T>) {
                 // SiLU an element at a time: in bf16 this loop ran slower with
-                // pairs (H200, alternated 3 times: 1x128x512x512 51.1 -> 51.6 us).
+                // pairs.
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - mean[j], scale[j], shift[j]), a.act);
+                for (int j = 0; j < VEC; ++j) o[j] = activate(fmaf(v.get(j) - mean[j], scale[j], shift[j]), a.act);
             } else {
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
@@ -649,14 +647,14 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
 
 // The tensor fits the SMs' shared memory (no streaming). Every phase here is
 // latency, not bandwidth: 1 block of 16 warps an SM, ~40-200 KB each. Two
-// costs were measured (H200, globaltimer stamps per phase) and shaped it:
-// - uncached straight-line code runs at about one instruction per 6 cycles
-//   (8192 unrolled FMAs: 24 us in 4 warps an SM, 6 us as a loop), and the
-//   stamps fit code fetched anew each launch, so the launch plan (divisions,
+// costs shaped it:
+// - uncached straight-line code runs at about one instruction per 6 cycles,
+//   and code is fetched anew each launch, so the launch plan (divisions,
 //   layout) is made on the host and the bulk copy is issued first;
 // - each dependent round trip (global load, shared-memory loop with a
-//   division, __syncthreads) costs 0.5-1 us, so each phase issues its loads
-//   together and reduces with shuffles: threads of a group are adjacent lanes.
+//   division, __syncthreads) costs about a microsecond, so each phase issues
+//   its loads together and reduces with shuffles: threads of a group are
+//   adjacent lanes.
 // Per channel gamma/beta are loaded into registers at the start and used
 // after the grid barrier (their latency hidden behind it).
 struct OnChipPlan {
@@ -688,11 +686,7 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
 // see vectorSpansAtMostTwoGroups), so a thread adds its channels' sums into
 // the two groups' before the block's group sums, which then read a (lo, hi)
 // pair of each thread of a group's columns instead of each (row, channel):
-// sd15-unet-320x64 (C/G = 10), 24-36 items a group instead of 120. H100,
-// old and new alternated 3 times, fp16 / bf16: 2x320x64x64 8.6 -> 8.05 /
-// 9.2 -> 8.7 us, 2x640x64x64 11.1 -> 10.55 / 11.7 -> 11.5, 1x256x128x128
-// 10.9 -> 10.3 / 11.3 -> 10.8, 3x320x48x48 8.3 -> 7.7 / 8.7 -> 8.25,
-// 1x512x128x128 14.1 -> 13.75 / 15.0 -> 14.9.
+// several times fewer items a group.
 template <typename T, bool kTwoGroups>
 __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q,
                                                              const __grid_constant__ CUtensorMap slicesMap) {
@@ -733,8 +727,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     // k of each group (its first element), read before the barrier: in-place
     // calls stay correct. Loaded by warp 1 (group g by thread g ^ 32): loads
     // that warp 0 issues after thread 0 has issued the bulk copy come back
-    // behind the copy, and the sums wait for k (H200, fp16: 0.2-1.3 us on the
-    // 5-21 MB shapes).
+    // behind the copy, and the sums wait for k.
 #pragma unroll 1
     for (int g = t ^ 32; g < a.groups; g += kThreads) gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
     uint32_t gBits[VEC], bBits[VEC];  // inactive threads too: c0 < C, and the loads need no branch
@@ -742,11 +735,9 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     // load each, kept packed until after the grid barrier. Loaded an element
     // at a time, NVVM moved bf16's conversions (shifts) up to the loads and
     // ptxas moved the loaded registers before the first __syncthreads, so the
-    // block waited there for gamma and beta (Nsight Compute, vae-dec-512x128:
-    // long-scoreboard stalls on one register move, 14% of the samples; bf16
-    // 0.9-1.1 us slower than fp16). fp16 keeps the element loads: its
-    // conversions stay where they are used, and 16-byte loads measured 0.0-0.2
-    // us slower there.
+    // block waited there for gamma and beta (long-scoreboard stalls). fp16
+    // keeps the element loads: its conversions stay where they are used, and
+    // 16-byte loads were no faster there.
     uint4 gPacked = make_uint4(0, 0, 0, 0), bPacked = gPacked;
     const bool packed = kIsBf16<T> && !a.affineFp32 &&
                         ((reinterpret_cast<uintptr_t>(a.gamma) | reinterpret_cast<uintptr_t>(a.beta)) & 15) == 0;
@@ -763,10 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     float* chan2 = chan1 + rowsPerPass * a.c;
     // kTwoGroups: the threads' (lo, hi) sums, [rowsPerPass][V + 1]: the
     // padding puts a group's lanes, which read one column in adjacent rows,
-    // in different banks (rows V apart: 6- to 8-way bank conflicts. H100,
-    // alternated 3 times, fp16 / bf16: 2x320x64x64 8.1-8.25 -> 7.95 /
-    // 8.8-9.2 -> 8.55-8.7 us, 3x320x48x48 7.85 -> 7.65 / 8.3 -> 8.1,
-    // 1x256x128x128 bf16 10.8-11.0 -> 10.6-10.7; 2x640x64x64 0.05-0.1 us).
+    // in different banks (rows V apart: 6- to 8-way bank conflicts).
     float4* pair = reinterpret_cast<float4*>(smem + q.offChan);
     // kTwoGroups: elements j < split are of group gLo, the rest of gHi.
     const int gLo = divCpg(c0), gHi = divCpg(c0 + VEC - 1);
@@ -887,10 +875,9 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
     // The image's totals, the same way, in double: thread p of a group adds
     // blocks 2p and 2p + 1, then 2(p + tpg) and 2(p + tpg) + 1, ... (adjacent
     // lanes read adjacent partials; read [block][g], 16 times as many L2
-    // sectors, it took 2.8-7.9 us instead of 1.4-2.6); its group's statistics
-    // go to gstat. Two partials a 16-byte load rather than one in 8 bytes:
-    // H200, fp16 and bf16, 3 rounds each, 0.1-0.4 us faster on the 4-21 MB
-    // shapes, 0.6-0.9 us on those of one image (132 partials a group).
+    // sectors, it was about twice as slow); its group's statistics go to
+    // gstat. Two partials a 16-byte load rather than one in 8 bytes: faster,
+    // most of all on single images (132 partials a group).
     const float4* imageParts = reinterpret_cast<const float4*>(a.partials + sliceParts);
     const int quads = stride / 2;
 #pragma unroll 1
@@ -902,13 +889,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
             // addition (+ 0.0 past the row's end: exact): one L2 round trip
             // for up to 5 * tpg * 2 partials (two images on 132 SMs), two for
             // one image, where a loop unrolled by 4 took two and three (its
-            // lanes with a fifth load waited for a second trip). H100, old
-            // and new alternated 3 times, fp16 / bf16: 1x256x128x128 10.2-10.3
-            // -> 9.6-9.65 / 10.55-10.6 -> 10.0-10.1 us, 1x512x128x128
-            // 13.6-14.1 -> 13.0-13.5 / 14.8-15.1 -> 13.95-14.1, 2x640x64x64
-            // 10.6-11.0 -> 10.45-10.55 / 11.4-11.5 -> 11.05, 2x320x64x64
-            // 7.9 -> 7.8-7.9 / 8.55 -> 8.4. Batches of 8: 0.1-0.7 us slower
-            // than of 5 on these shapes.
+            // lanes with a fifth load waited for a second trip). Batches of 8
+            // were slower than of 5.
             constexpr int kBatch = 5;
             const float4* row = imageParts + int64_t(g) * quads;
 #pragma unroll 1
@@ -981,8 +963,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 constexpr int kNchwTable = 256;  // channels of gamma/beta kept in shared memory
 constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
 // Threads of a block. Streaming NCHW keeps little state a thread (64
-// registers), so 1024 fit: 3-4% faster on the VAE shapes than 512, measured
-// with 8 loads in flight each. (NHWC keeps a vector's channels' state: 100-128.)
+// registers), so 1024 fit, faster than 512. (NHWC keeps a vector's
+// channels' state: 100-128.)
 __host__ __device__ constexpr int nchwThreads(bool streaming) { return streaming ? 2 * kThreads : kThreads; }
 static_assert(nchwThreads(true) / 32 * 16 <= 32 * 16, "the warp scratch holds 32 warps' double2");
 static_assert(kNchwTable + 32 <= nchwThreads(false), "warps 1 and up load the gamma/beta table");
@@ -1015,10 +997,9 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
     // gamma/beta of the channels this block touches, and k, loaded while the
     // tile loads. Where the chunk is all on chip, warp 0 loads none of them:
     // thread 0's barrier-init fence (a release) waits for its own earlier
-    // loads, which would hold back the bulk copy (H200, fp16: 0.1-0.4 us on
-    // the 5-21 MB shapes); warp 0 reads k from shared memory after the
-    // barrier below. (Issuing the copy before all loads was slower: 0.5-0.8
-    // us.)
+    // loads, which would hold back the bulk copy; warp 0 reads k from shared
+    // memory after the barrier below. (Issuing the copy before all loads was
+    // slower.)
     // Offsets within a segment fit 32 bits (the host makes sure): 32-bit
     // divisions, about 16 instructions where a 64-bit one takes about 110
     // (see channelOf).
@@ -1115,9 +1096,8 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 
     // Vector i of the chunk lies in one channel (H*W is a multiple of VEC):
     // its scale and shift. A 32-bit division only (offsets within a segment
-    // fit 32 bits): with a 64-bit one compiled into these loops for giant
-    // segments, never taken, the kernel was 1.7-2.3 us slower on the 10-21 MB
-    // shapes and 3 us on the VAE 512x512 ones (H200, fp16 and bf16).
+    // fit 32 bits): a 64-bit one compiled into these loops for giant
+    // segments slowed the kernel even though it was never taken.
     auto channelOf = [&](int64_t i) {  // relative to ch0
         return int64_t(uint32_t(e0 + i * VEC) / uint32_t(a.hw)) - chBase;
     };
@@ -1135,11 +1115,9 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         v.s = raw;
         float o[VEC];
         if constexpr (kIsBf16<T>) {
-            // SiLU an element at a time: in bf16 this loop ran slower with pairs
-            // (H200, alternated 3 times: sdxl-unet-320x128 15.7 -> 16.9 us,
-            // vae-dec-512x128 12.7 -> 13.6, sdxl-unet-640x64 10.0 -> 10.7).
+            // SiLU an element at a time: in bf16 this loop ran slower with pairs.
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) o[j] = activate<T>(fmaf(v.get(j) - st.x, ss.x, ss.y), a.act);
+            for (int j = 0; j < VEC; ++j) o[j] = activate(fmaf(v.get(j) - st.x, ss.x, ss.y), a.act);
         } else {
 #pragma unroll
             for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - st.x, ss.x, ss.y);
@@ -1161,9 +1139,9 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
         // The head again, last vectors first (the likeliest still in L2).
         const int64_t items = t < head ? (head - 1 - t) / NT + 1 : 0;
         // Its vectors are NT apart: their channels are walked back from the
-        // last (ChannelWalk), not divided out one by one (H200: 0.6-1.3 us
-        // on the VAE 512x512 shapes; the tile's loop, which divides only to
-        // see whether the channel changed, measured no faster walked).
+        // last (ChannelWalk), not divided out one by one (faster; the tile's
+        // loop, which divides only to see whether the channel changed,
+        // measured no faster walked).
         const int64_t last = t + (items - 1) * NT;
         ChannelWalk walk = ChannelWalk::from(uint32_t(e0 + last * VEC), uint32_t(NT * VEC), uint32_t(a.hw));
         auto use = [&](const uint4& d, int64_t q) {  // q = 0, 1, ...
@@ -1182,26 +1160,11 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 // gathered by 2-D bulk copies (Tensor Memory Accelerator,
 // cp.async.bulk.tensor, one a piece): its sums are of a few groups, and
 // after the grid barrier it reads its slice's groups' partials, from
-// 1/slices of the blocks. H100, old and new alternated 3 times in each of
-// two runs, fp16 / bf16, us: 1x512x128x128 (slices of 64 channels)
-// 13.2-13.6 -> 12.1-12.3 / 13.9-14.1 -> 13.1-13.4, 2x640x64x64 (80)
-// 10.45-10.8 -> 10.3-10.55 / 11.0-11.3 -> 10.3-10.7, 1x256x128x128 (64)
-// 9.5-9.75 -> 9.2-9.4 / 9.9-10.2 -> 9.45-9.55, 2x320x64x64 (80) 7.75-8.05
-// -> 7.6-7.75 / 8.4-8.5 -> 8.05-8.25, 1x512x96x96 9.9-10.1 -> 9.4-9.5 /
-// 10.4-10.5 -> 9.85-9.9; 3x320x48x48 and 2x384x64x64 (96) 0.05-0.3 faster;
-// 4x320x64x64 0.15-0.25 slower in fp16, 0.25-0.3 faster in bf16. Slices of
-// 40 channels were slower (2x320x64x64: 1.0-1.2 us), and so were
-// 2x320x128x128 in slices of 80 with 160 KB a block (0.6-2 us) and
-// 2x960x48x48 in slices of 120 (rows of 240 bytes, across 32-byte sectors:
-// 0.2-0.8 us); the rule below takes the most slices of 64-128 channels whose
-// rows are whole sectors, at most 128 KB a block, 16 bits only (measured).
-// 1x768x64x64 (slices of 96) was unchanged. The whole-pixel grid's own
-// code changed too (its bulk copy goes out at the 98th instruction instead
-// of the 105th): 2x320x128x128, which stays on whole pixels, read 0.24 and
-// 0.83 us slower in fp16 in the two runs and within 0.1 us in bf16 (that
-// shape moves by 1-2 us between runs of the same code, see README).
-// Per-thread cp.async gathers of such slices had lost to whole pixels
-// everywhere but on one image.
+// 1/slices of the blocks. Slices of 40 channels, blocks of 160 KB and rows
+// across 32-byte sectors were slower, so the rule below takes the most
+// slices of 64-128 channels whose rows are whole sectors, at most 128 KB a
+// block, 16 bits only (where it was measured). Per-thread cp.async gathers
+// of such slices had lost to whole pixels everywhere but on one image.
 // Returns log2 of the slices an image (0: whole pixels) and sets pieceLen.
 // 2-D bulk copies need boxes of at most 256 rows and 256 channels, rows of
 // 16-byte multiples and 128-byte aligned destinations.
@@ -1287,19 +1250,14 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
 
     const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
 
-    // How far streaming goes (H200, against the two-pass kernels; the head's
-    // second read then comes mostly from DRAM and the on-chip tile saves less
-    // and less). NHWC: a thread's fp32 sums run over chunk / rowsPerPass rows
-    // before they go to double. In 16 bits streaming was 0-23% faster up to
-    // ~250 rows (1x128x1024x1024 fp16: 205 vs 221 us), between -7% and +3%
-    // at ~500 rows (1x64x2048x2048, 8x128x512x512 slower), so it stops at 256.
-    // fp32 outputs (1e-5 relative, 1e-6 near zero) of inputs with mean 1e3
-    // and std 1e-2 missed their tolerance at ~500 rows: fp32 streams up to
-    // 160 rows, about what 160 MB allowed before (up to 160 MB everything
-    // streams, as before these limits were measured). NCHW sums each vector first
-    // and kept its margin (0.04 of the tolerance at 2 GiB), and beat two
-    // passes on every size measured up to 2 GiB (1x128x1024x1024 fp16: 211
-    // vs 281 us; 1x128x2048x2048 fp32: 1640 vs 1911 us).
+    // How far streaming goes (against the two-pass kernels; the head's second
+    // read then comes mostly from DRAM and the on-chip tile saves less and
+    // less). NHWC: a thread's fp32 sums run over chunk / rowsPerPass rows
+    // before they go to double. In 16 bits streaming stops being faster at
+    // about 256 rows. fp32 outputs of inputs with |mean| >> std miss their
+    // tolerance before that, so fp32 streams up to 160 rows; up to 160 MB
+    // everything streams. NCHW sums each vector first, keeps its margin and
+    // beat two passes on every size measured, up to 2 GiB.
     constexpr int64_t kMaxStreamRowsNhwc = sizeof(T) == 4 ? 160 : 256;
     constexpr double kStreamBytesAny = 160.0 * (1 << 20);
     constexpr double kMaxStreamBytesNchw = 2.0 * (1 << 30);
@@ -1391,11 +1349,8 @@ cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* 
         a.tileCap = kMaxPieces * slicePieceLen;
     }
     // Streaming NHWC where at least 3/4 of the image is head: its second read
-    // keeps the next batch in flight while the current one is activated.
-    // H200, fp16/bf16, A/B, 3 rounds: 1x256x512x512 (80% head) -0.6 to
-    // -1.7 us; with it everywhere (two earlier runs), 1x128x512x512 and
-    // 1x512x256x256 (61%) were unchanged and 1x256x256x256 (21%) 0.1-0.3 us
-    // slower.
+    // keeps the next batch in flight while the current one is activated
+    // (faster there; with less head it was no faster or slower).
     if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
         kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
     const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;

@@ -143,14 +143,11 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         const int64_t step = a.rows;
         // Sums shifted by the thread's first value kt. 16-bit: one run over
         // the thread's rows. fp32: runs of up to kStatsRunRows rows, each
-        // merged (Chan) into the thread's (count, mean - kt, M2). One run of
-        // ~500 rows (1x256x1024x1024 fp32) missed fp32's tolerance (1e-5
-        // relative, 1e-6 near zero) on inputs with mean 1e3 and std 1e-2 by up
-        // to 2x; ~250 rows (1x128x1024x1024) passed. Cost, H200: runs of 256
-        // rows 0-1.5%, of 64 rows 1-5.6%, and of 64 rows each shifted by its
-        // own first value (a dependent load a run) 21% (16x320x128x128 fp32).
-        // 16-bit outputs, 2 ulps wide, need no more, and the merge's
-        // registers would spill there.
+        // merged (Chan) into the thread's (count, mean - kt, M2): one run of
+        // ~500 rows missed fp32's tolerance on inputs with |mean| >> std, ~250
+        // passed; shorter runs, or each run shifted by its own first value,
+        // cost more. 16-bit outputs, 2 ulps wide, need no more, and the
+        // merge's registers would spill there.
         float kt[VEC], s1[VEC], s2[VEC];
         int64_t pEnd = sizeof(T) == 4 ? min(p1, p0 + row + (1 + kStatsRunRows) * step) : p1;
         cnt = shiftedRun<T, VEC>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2);
@@ -217,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         // The block's channels are whole groups: a warp merges each group's
         // channels (equal counts, means relative to the group's k) in double
         // into one partial, so that the finaliser adds chunks partials a
-        // group, not chunks x channels (one group of 324 channels: 256 x 324
-        // for one block, 57-111 us).
+        // group, not chunks x channels (one group of 324 channels would leave
+        // 256 x 324 to one block).
         const int64_t c0 = int64_t(blockIdx.y) * width;
         const int cpg = int(a.cpg);
         const int groupsHere = int(min(int64_t(width), a.c - c0)) / cpg;
@@ -414,9 +411,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
     const int items = int(f.chunks) * members;  // <= kMaxStatsBlocks * C
     // kFinalizeUnroll loads in flight a thread: NHWC whose groups straddle
     // the statistics blocks' column slices (no groupPartials, see
-    // launchTwoPassT) leaves up to kMaxStatsBlocks * C/G partials a group (one group
-    // of 324 channels, before the statistics blocks merged channels: 76 us
-    // with one load in flight, 57 us with 8; H200, fp16, 1x324x16x16).
+    // launchTwoPassT) leaves up to kMaxStatsBlocks * C/G partials a group,
+    // which one load in flight at a time would read slowly.
     constexpr int kFinalizeUnroll = 8;
     for (int i0 = tid; i0 < items; i0 += kFinalizeThreads * kFinalizeUnroll) {
         float2 pm[kFinalizeUnroll];
