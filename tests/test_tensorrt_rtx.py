@@ -284,7 +284,7 @@ _PARSE = r"""
 import sys
 from trt_gn import engine
 trt = engine.import_tensorrt_rtx()
-logger = engine._make_logger(trt)
+logger = engine.make_logger(trt)
 builder = trt.Builder(logger)
 if len(sys.argv) > 2:
     assert builder.get_plugin_registry().load_library(sys.argv[2]) is not None
@@ -299,7 +299,7 @@ else:
 
 def _parse_in_child(model: Path, *plugin: Path) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(engine.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
+        p for p in (str(Path(_lib.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
     run = subprocess.run([sys.executable, "-c", _PARSE, str(model), *map(str, plugin)], capture_output=True,
                          text=True, timeout=120, env=env, cwd=model.parent)  # not the repository root
     assert run.returncode == 0, f"rc {run.returncode}: {run.stdout}{run.stderr}"

@@ -1,28 +1,12 @@
-"""The whole trt_gn job on one diffusion model, as `trt-gn pipeline` runs it.
-
-build the model (diffusers recipe, seeded random weights or local weights)
-  -> export it to ONNX as torch emits it (trt_gn.onnx recipes, torch.onnx dynamo)
-  -> fuse every GroupNorm(+SiLU) into the plugin's node (trt_gn.onnx.fusion)
-  -> validate original vs fused in onnxruntime (trt_gn.onnx.validate)
-  -> on a GPU: the CUDA op vs the float64 reference on the model's GroupNorm shapes
-  -> with TensorRT: engine build with the plugin (trt_gn.engine), TensorRT vs onnxruntime through
-     polygraphy, and a Triton model repository for the engine (trt_gn.triton)
-  -> report.md and report.json
-
-Everything is written into a staging folder next to the output folder and renamed into place at
-the end, so the output folder holds a complete run or nothing new. A step that cannot run here
-(no GPU, no TensorRT) is recorded as skipped with the reason; a check that runs and fails is
-recorded as failed and the report is still written. Errors (bad options, a crash inside a step)
-raise PipelineError and leave nothing behind.
-"""
+"""The steps of `trt-gn pipeline`: build the model, export, fuse, validate, the kernel check, the
+engine (TensorRT or TensorRT-RTX), the TensorRT comparison and the Triton model repository, each
+run, timed and recorded by a step runner; ``run_steps`` runs them all into a staging folder."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -32,141 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from . import fileio
-from .errors import EXIT_FAILED, EXIT_MISSING, Error
-
-DEFAULT_MODEL = "tiny-vae-decoder"
-DEFAULT_OUT = "trt-gn-out"
-PRECISIONS = ("fp32", "fp16", "bf16")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-# Validation shape cases (batch, latent height = width). Multiples of 8 survive every down/up-sampling
-# stage of the SD 1.5 / SDXL UNets; small enough for onnxruntime on a CPU. The engine's profile covers them.
-SHAPE_CASES = ((1, 8), (2, 16))
-KERNEL_DTYPES = ("fp32", "fp16", "bf16")
-KERNEL_LAYOUTS = ("nhwc", "nchw")
-# polygraphy's tolerances per engine precision (polygraphy_command's 1e-3 holds for fp32 only).
-POLYGRAPHY_TOLERANCE = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
-
-STEP_MODEL = "build model"
-STEP_EXPORT = "export ONNX"
-STEP_FUSE = "fuse"
-STEP_VALIDATE = "validate (onnxruntime)"
-STEP_KERNEL = "kernel check (CUDA op vs float64 reference)"
-STEP_ENGINE = "engine build (TensorRT + plugin)"
-STEP_TRT_COMPARE = "TensorRT vs onnxruntime (polygraphy)"
-STEP_TRITON = "Triton model repository"
-STEP_REPORT = "report"
-# Steps that draw their own progress display (TensorRT's progress monitor).
-OWN_PROGRESS_STEPS = (STEP_ENGINE,)
-
-
-class PipelineError(Error, RuntimeError):
-    """The pipeline could not run (bad option, missing input, a step crashed); nothing was written."""
-
-
-@dataclasses.dataclass
-class PipelineOptions:
-    model: str = DEFAULT_MODEL  # a name of trt_gn.onnx.recipes.RECIPES
-    out: str | os.PathLike = DEFAULT_OUT
-    weights: str | os.PathLike | None = None  # local diffusers folder or state-dict file
-    precision: str = "fp32"  # engine build and TensorRT comparison; the ONNX model stays fp32
-    seed: int = 0
-    opset: int = 18
-    overwrite: bool = False
-    plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
-    progress: bool = True  # TensorRT's build progress bars
-    # "auto": TensorRT where it and a GPU are here, else TensorRT-RTX where installed; or one of them
-    builder: str = "auto"
-    target_cc: tuple = ()  # TensorRT-RTX targets (default trt_gn.engine.RTX_DEFAULT_TARGETS)
-
-
-@dataclasses.dataclass
-class Step:
-    name: str
-    status: str = "ok"  # "ok", "failed" or "skipped"
-    seconds: float = 0.0
-    detail: str = ""  # one line: the result, or why it failed / was skipped
-
-
-@dataclasses.dataclass
-class PipelineResult:
-    out: Path
-    report: dict
-    steps: list[Step]
-
-    @property
-    def passed(self) -> bool:
-        return self.report["passed"]
-
-
-# ---------------------------------------------------------------------------------------------
-# checks before any work
-
-
-def check_options(options: PipelineOptions) -> Path:
-    """Every check that needs no model: raises PipelineError before anything is built or written.
-    Returns the output folder."""
-    from .onnx.recipes import RECIPES
-
-    if options.model not in RECIPES:
-        raise PipelineError(f"unknown model '{options.model}'", f"choose one of {', '.join(sorted(RECIPES))}")
-    if options.precision not in PRECISIONS:
-        raise PipelineError(f"unknown precision '{options.precision}'", f"choose one of {', '.join(PRECISIONS)}")
-    if options.builder not in ("auto", "tensorrt", "tensorrt-rtx"):
-        raise PipelineError(f"unknown builder '{options.builder}'", "choose auto, tensorrt or tensorrt-rtx")
-    if options.target_cc and options.builder == "tensorrt":
-        raise PipelineError("--target-cc applies to TensorRT-RTX plans only", "drop it, or use --builder tensorrt-rtx")
-    if not isinstance(options.seed, int) or options.seed < 0:
-        raise PipelineError(f"--seed must be >= 0, got {options.seed}")
-    from .onnx.export import check_opset
-
-    check_opset(options.opset)
-    if options.weights is not None:
-        check_weights(options.weights)
-    if options.plugin_library is not None and not Path(options.plugin_library).is_file():
-        raise PipelineError(f"plugin library {options.plugin_library} does not exist",
-                            "build it: cmake -S plugin_src -B build -G Ninja && cmake --build build")
-    out = Path(options.out)
-    parent = fileio.folder_of(out)
-    cwd = Path.cwd().resolve()
-    if out.resolve() == cwd or out.resolve() in cwd.parents:
-        raise PipelineError(f"output folder {out} holds the current folder; it cannot be replaced",
-                            "choose a new or empty --out, such as trt-gn-out")
-    if out.exists() and not out.is_dir():
-        raise PipelineError(f"output {out} exists and is not a folder", "choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not options.overwrite:
-        raise PipelineError(f"output folder {out} is not empty", "pass --overwrite to replace it, or choose another --out")
-    if not parent.is_dir():
-        raise PipelineError(f"output folder {out}: its parent {parent} does not exist or is not a folder",
-                            f"create it first (mkdir -p {parent}) or choose another --out")
-    problem = fileio.writable_folder_problem(parent)
-    if problem:
-        raise PipelineError(f"output folder {out}: {parent} {problem}", "choose a writable --out")
-    try:
-        import diffusers  # noqa: F401
-    except ImportError:
-        raise PipelineError("diffusers is not installed (the model recipes need it)",
-                            "pip install diffusers (it brings no torch of its own)", exit_code=EXIT_MISSING) from None
-    return out
-
-
-def check_weights(weights: str | os.PathLike) -> Path:
-    """A --weights path that can be tried: an existing folder, or a file with a state-dict suffix."""
-    weights = Path(weights)
-    if not weights.exists():
-        raise PipelineError(f"--weights {weights}: no such file or folder",
-                            "pass a local diffusers model folder or a state-dict file (nothing is downloaded)")
-    if weights.is_file() and weights.suffix.lower() not in WEIGHT_SUFFIXES:
-        raise PipelineError(f"--weights {weights}: a weights file must end in {', '.join(WEIGHT_SUFFIXES)}",
-                            "pass a state dict (.safetensors, .bin) or a diffusers model folder")
-    if weights.is_dir() and not (weights / "config.json").is_file():
-        raise PipelineError(f"--weights {weights}: folder has no config.json, so it is no diffusers model folder",
-                            "pass the model's own folder (e.g. .../vae or .../unet), or a state-dict file")
-    return weights
-
-
-# ---------------------------------------------------------------------------------------------
-# the steps
+from ..errors import EXIT_FAILED, Error
+from .options import (KERNEL_DTYPES, KERNEL_LAYOUTS, POLYGRAPHY_TOLERANCE, SHAPE_CASES, STEP_ENGINE, STEP_EXPORT,
+                      STEP_FUSE, STEP_KERNEL, STEP_MODEL, STEP_REPORT, STEP_TRITON, STEP_TRT_COMPARE, STEP_VALIDATE,
+                      PipelineError, PipelineOptions, Step)
+from .report import write_report
 
 
 class _Steps:
@@ -252,9 +106,9 @@ def kernel_check(calls: list[dict], seed: int) -> list[dict]:
     fp32/fp16/bf16, NHWC (channels_last) and NCHW, without and with SiLU. Needs a GPU."""
     import torch
 
-    from . import _lib
-    from . import ops  # noqa: F401  (registers the op)
-    from .reference import assert_close, group_norm_act_reference, max_errors
+    from .. import _lib
+    from .. import ops  # noqa: F401  (registers the op)
+    from ..reference import assert_close, group_norm_act_reference, max_errors
 
     _lib.load()  # a missing kernels library is the step's error, named once
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -295,7 +149,7 @@ def kernel_check(calls: list[dict], seed: int) -> list[dict]:
 
 def _tensorrt_and_gpu() -> tuple[bool, str]:
     """(True, TensorRT version) where an engine can be built here, else (False, why not)."""
-    from .engine import TensorRTNotInstalledError, import_tensorrt
+    from ..engine import TensorRTNotInstalledError, import_tensorrt
 
     try:
         trt = import_tensorrt()
@@ -310,7 +164,7 @@ def _tensorrt_and_gpu() -> tuple[bool, str]:
 
 def _polygraphy(fused: Path, input_shapes: dict[str, list[int]], precision: str, plugin: Path,
                 log: Path) -> tuple[bool, str]:
-    from .onnx.validate import polygraphy_command
+    from ..onnx.validate import polygraphy_command
 
     tol = str(POLYGRAPHY_TOLERANCE[precision])
     cmd = polygraphy_command(fused, plugin, fp16=precision == "fp16")
@@ -326,34 +180,16 @@ def _polygraphy(fused: Path, input_shapes: dict[str, list[int]], precision: str,
     return proc.returncode == 0, f"atol = rtol = {tol}: {verdict[:300]}"
 
 
-# ---------------------------------------------------------------------------------------------
-# the run
-
-
-def run_pipeline(options: PipelineOptions, on_step: Callable[[str, Step], None] | None = None) -> PipelineResult:
-    """Run every step into a staging folder, then rename it to options.out. See the module docstring."""
-    out = check_options(options)
-    with fileio.staging_folder(fileio.folder_of(out), out.name) as stage:
-        report, steps = _run_steps(options, stage, _Steps(on_step))
-        publish_folder(stage, out, options.overwrite)
-    return PipelineResult(out, report, steps)
-
-
-def publish_folder(stage: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished staging folder to `out`; an existing `out` is replaced only if it is empty
-    or overwrite is set (checked again here: it may have changed during the run)."""
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise PipelineError(f"output folder {out} was filled while the pipeline ran", "rerun with another --out")
-    fileio.publish_folder(stage, out, replace=True)
-
-
-def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[dict, list[Step]]:
+def run_steps(options: PipelineOptions, stage: Path,
+              on_step: Callable[[str, Step], None] | None = None) -> tuple[dict, list[Step]]:
+    """Run every step into ``stage``, the report last; returns the report and the steps."""
     import torch
 
-    from . import __version__
-    from .onnx import fusion, recipes, validate
-    from .onnx import io as onnx_io
+    from .. import __version__
+    from ..onnx import fusion, recipes, validate
+    from ..onnx import io as onnx_io
 
+    steps = _Steps(on_step)
     started = time.perf_counter()
     name = options.model
     recipe = recipes.RECIPES[name]
@@ -453,21 +289,13 @@ def _run_steps(options: PipelineOptions, stage: Path, steps: _Steps) -> tuple[di
         _tensorrt_steps(options, steps, report, fused, plan, plugin, cases, stage)
 
     with steps.run(STEP_REPORT) as step:
-        report["steps"] = [dataclasses.asdict(s) for s in steps.steps]
-        report["skipped"] = [dict(step=s.name, reason=s.detail) for s in steps.steps if s.status == "skipped"]
-        report["skipped"] += [dict(step=STEP_VALIDATE, reason=s) for s in validation.skipped]
-        report["passed"] = all(s.status != "failed" for s in steps.steps)
-        report["seconds"] = round(time.perf_counter() - started, 2)
-        report["files"] = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file()) + [
-            "report.md", "report.json"]
-        (stage / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-        (stage / "report.md").write_text(render_markdown(report))
+        write_report(stage, report, steps.steps, validation.skipped, started)
         step.detail = "report.md, report.json"
     return report, steps.steps
 
 
 def _find_plugin() -> Path:
-    from . import _lib
+    from .. import _lib
 
     return Path(_lib.find_plugin_library())
 
@@ -475,7 +303,7 @@ def _find_plugin() -> Path:
 def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, why_not_tensorrt: str) -> None:
     """The engine built by TensorRT-RTX (ahead of time, for options.target_cc); its plan runs on RTX
     GPUs only, so the comparison and Triton's TensorRT backend are skipped with the reason."""
-    from . import engine
+    from .. import engine
 
     no_run = (f"{why_not_tensorrt}; the TensorRT-RTX plan runs on compute capability "
               f"{','.join(options.target_cc or engine.RTX_DEFAULT_TARGETS)} only and is not run here")
@@ -511,7 +339,7 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
 
 def _build_options(plugin: Path, progress: bool, **kwargs):
     """The engine step's BuildOptions: one profile spanning the validation's batches and latents."""
-    from . import engine
+    from .. import engine
 
     batches = [b for b, _ in SHAPE_CASES]
     latents = [lat for _, lat in SHAPE_CASES]
@@ -526,7 +354,7 @@ def _build_options(plugin: Path, progress: bool, **kwargs):
 
 def _engine_step(steps: _Steps, report: dict, fused: Path, plan: Path, build_options):
     """Build the engine as the engine step; the result, or None where the build failed (the step says why)."""
-    from . import engine
+    from .. import engine
 
     with steps.run(STEP_ENGINE) as step:
         try:
@@ -549,7 +377,7 @@ def _engine_step(steps: _Steps, report: dict, fused: Path, plan: Path, build_opt
 
 def _tensorrt_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, plugin: Path,
                     cases: list[dict], stage: Path) -> None:
-    from . import engine, triton
+    from .. import engine, triton
 
     build_options = _build_options(plugin, options.progress, precision=options.precision)
     built = _engine_step(steps, report, fused, plan, build_options)
@@ -599,84 +427,3 @@ def _environment() -> dict:
                 onnxruntime=onnxruntime.__version__, tensorrt=trt_version,
                 tensorrt_rtx=str(rtx.__version__) if rtx is not None else None,
                 gpu=torch.cuda.get_device_name() if cuda else None)
-
-
-# ---------------------------------------------------------------------------------------------
-# report.md
-
-
-def render_markdown(report: dict) -> str:
-    env = report["environment"]
-    fusion = report["fusion"]
-    verdict = "PASSED" if report["passed"] else "FAILED"
-    lines = [
-        f"# trt-gn pipeline: {report['model']}",
-        "",
-        f"**{verdict}**: fused {fusion['fused']} of {fusion['group_norms']} GroupNorms "
-        f"({fusion['with_silu']} with SiLU); onnxruntime validation "
-        f"{'passed' if report['validation']['passed'] else 'FAILED'}; {len(report['skipped'])} step(s) skipped; "
-        f"{report['seconds']:.1f} s.",
-        "",
-        f"- model: `{report['model']}` ({report['kind']}), weights: {report['weights']}, seed {report['seed']}",
-        f"- ONNX: fp32, opset {report['opset']}; engine precision: {report['precision']}",
-        f"- trt_gn {report['trt_gn_version']}, Python {env['python']}, torch {env['torch']}, onnx {env['onnx']}, "
-        f"onnxruntime {env['onnxruntime']}, TensorRT {env['tensorrt'] or 'not installed'}, "
-        f"TensorRT-RTX {env.get('tensorrt_rtx') or 'not used'}, GPU {env['gpu'] or 'none'}",
-        f"- created {report['created']}",
-        "",
-        "## Steps",
-        "",
-        "| step | status | seconds | detail |",
-        "|---|---|---:|---|",
-    ]
-    for s in report["steps"]:
-        lines.append(f"| {s['name']} | {s['status']} | {s['seconds']:.2f} | {_cell(s['detail'])} |")
-    lines += ["", "## Skipped", ""]
-    lines += [f"- {s['step']}: {s['reason']}" for s in report["skipped"]] or ["- nothing"]
-    lines += ["", "## Fusion", "", "```", fusion["summary"], "```", ""]
-    lines += ["| node | pattern | C | groups | eps | activation |", "|---|---|---:|---:|---:|---|"]
-    for f in fusion["nodes"]:
-        lines.append(f"| {f['node']} | {f['pattern']} | {f['channels']} | {f['num_groups']} | {f['epsilon']:g} | {f['activation']} |")
-    lines += ["", "## Validation: original vs fused model in onnxruntime", "",
-              "| provider | input shapes | output | dtype | max abs | max rel | tolerance (atol + rtol*abs(ref)) | result |",
-              "|---|---|---|---|---:|---:|---|---|"]
-    for c in report["validation"]["comparisons"]:
-        lines.append(f"| {c['provider']} | {c['shape_case']} | {c['output']} | {c['dtype']} | {c['max_abs']:.3e} | "
-                     f"{c['max_rel']:.3e} | {c['atol']:g} + {c['rtol']:g} | {'PASS' if c['passed'] else 'FAIL'} |")
-    kc = report["kernel_check"]
-    lines += ["", "## Kernel check: CUDA op vs float64 reference", ""]
-    if kc is None:
-        lines.append("Not run (see Skipped).")
-    else:
-        lines += [f"Device: {kc['device']}. Worst case per shape and dtype over NHWC/NCHW x none/silu.", "",
-                  "| shape (N,C,H,W) | groups | eps | dtype | max abs | max rel | cases passed |",
-                  "|---|---:|---:|---|---:|---:|---|"]
-        groups: dict[tuple, list] = {}
-        for r in kc["rows"]:
-            groups.setdefault((tuple(r["shape"]), r["num_groups"], r["eps"], r["dtype"]), []).append(r)
-        for (shape, g, eps, dtype), rows in groups.items():
-            lines.append(f"| {'x'.join(map(str, shape))} | {g} | {eps:g} | {dtype} | {max(r['max_abs'] for r in rows):.3e} | "
-                         f"{max(r['max_rel'] for r in rows):.3e} | {sum(r['passed'] for r in rows)}/{len(rows)} |")
-    lines += ["", "## TensorRT", ""]
-    if report["engine"] is None and report["tensorrt_comparison"] is None:
-        lines.append("No engine was built (see Steps and Skipped).")
-    if report["engine"] is not None:
-        e = report["engine"]
-        builder = "TensorRT-RTX" if e.get("builder") == "tensorrt-rtx" else "TensorRT"
-        targets = f", for compute capability {', '.join(e['targets'])}" if e.get("targets") else ""
-        lines.append(f"- engine `{e['plan']}`: {e['bytes'] / 2**20:.1f} MiB, {builder} {e['tensorrt']}, "
-                     f"{e['precision']}{targets}, built in {e['seconds']:.1f} s, {e.get('plugin_layers')}/"
-                     f"{e.get('plugin_nodes')} trt_gn nodes as plugin layers, plugin {e['plugin_library']}")
-    if report["tensorrt_comparison"] is not None:
-        t = report["tensorrt_comparison"]
-        lines.append(f"- polygraphy (TensorRT vs onnxruntime): {'PASS' if t['passed'] else 'FAIL'}, {t['detail']} "
-                     f"(log: `{t['log']}`)")
-    if report["triton"] is not None:
-        lines.append(f"- Triton model repository `{report['triton']['model_dir']}`; serve it with "
-                     f"`{report['triton']['server_command']}`")
-    lines += ["", "## Files", ""] + [f"- `{f}`" for f in report["files"]] + [""]
-    return "\n".join(lines)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
