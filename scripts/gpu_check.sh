@@ -3,10 +3,11 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [fuzz] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile]
+#   bash scripts/gpu_check.sh [tests] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
+# plans: AB_OLD's plans against the working tree's on the fuzz cases (described, not run).
 # ab: scripts/ab_kernels.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
 # the working tree, on the shape list (AB_ARGS adds options).
 #
@@ -53,6 +54,19 @@ for s in $stages; do
         timeout ${SANITIZE_TIMEOUT:-300} compute-sanitizer --tool $tool --kernel-name kns=gn --error-exitcode 9 \
           python3 tests/gpu/sanitize_cases.py ${SANITIZE_ARGS:-} \
           >"$OUT/sanitize-$tool.log" 2>&1; echo "$tool exit $?"; tail -2 "$OUT/sanitize-$tool.log"
+      done ;;
+    plans)
+      # AB_OLD's planner against the working tree's on the fuzz command's cases (plans described,
+      # no kernel run): every plan must be the same.
+      old=$(python3 scripts/ab_kernels.py --variant old=${AB_OLD:?AB_OLD names the old variant} --build-only \
+            --out /tmp/plans-ab 2>"$OUT/plans-build.log" | tail -1 | sed 's/^old: //')
+      [ -f "$old" ] || { echo "plans: no old build: $(tail -3 "$OUT/plans-build.log")"; rc=1; continue; }
+      for seed in ${FUZZ_SEEDS:-1 2 3}; do
+        TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed \
+          --plans /tmp/plans-old-$seed.csv | tail -1
+        python3 -m trt_gn.fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed --plans /tmp/plans-new-$seed.csv \
+          | tail -1
+        python3 scripts/compare_plans.py /tmp/plans-old-$seed.csv /tmp/plans-new-$seed.csv | tail -13 || rc=1
       done ;;
     ab)
       timeout ${AB_TIMEOUT:-540} python3 scripts/ab_kernels.py --variant old=${AB_OLD:?AB_OLD names the old variant} --variant new=. \

@@ -147,7 +147,7 @@ def test_archive_reuses_one_commit_and_replaces_another(tmp_path):
     head = ab.git_commit("HEAD")
     src = ab.archive("v", "HEAD", tmp_path)
     assert (src / ".commit").read_text() == head
-    assert (src / "plugin_src" / "kernels" / "group_norm_dispatch.cu").is_file()
+    assert (src / "plugin_src" / "CMakeLists.txt").is_file()
     marker = tmp_path / "build" / "v" / "marker"
     marker.parent.mkdir(parents=True)
     marker.write_text("")

@@ -142,6 +142,32 @@ def test_csv_table_and_plot(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.csv", "bench.png"]  # no temp files left
 
 
+def test_outputs_go_into_a_new_folder(tmp_path):
+    """--out may name a folder that does not exist yet: it and its parents are made."""
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    out = tmp_path / "new" / "bench"
+    bench.write_outputs(_rows(), out, console)
+    assert (out / "bench.csv").read_text().startswith("shape,")
+    assert f"wrote {out / 'bench.csv'}" in console.export_text()
+
+
+def test_log_width_holds_the_whole_table():
+    """Where stdout is a log, no cell of the widest table (every variant, the plans) is cut to "…"."""
+    from rich.console import Console
+
+    rows = _peer_rows(ALL_IMPLS) + _peer_rows(ALL_IMPLS, dtype="bf16")
+    bench.annotate_best_peer(rows)
+    for r in rows:
+        if r.impl in bench.OURS.values():
+            r.plan = "clusters of 1, 4 vec/thread x2 blocks"
+    console = Console(width=bench.LOG_WIDTH, record=True)
+    console.print(bench.render_table(rows))
+    text = console.export_text()
+    assert "…" not in text and "clusters of 1, 4 vec/thread x2 blocks" in text
+
+
 def test_console_script():
     exe = shutil.which("trt-gn")
     if exe is None:

@@ -67,6 +67,24 @@ def test_command_line_errors():
     assert r.returncode == 2 and r.stderr.strip() == (
         "python -m trt_gn.fuzz: error: --cases and --show must be >= 0, --max-elements >= 4096")
     assert "--min-per-path" in run("--help").stdout
+    r = run("--plans-only")
+    assert r.returncode == 2 and r.stderr.strip() == "python -m trt_gn.fuzz: error: --plans-only needs --plans CSV"
+
+
+def test_compare_plans(tmp_path):
+    """Two builds' dumps compared case by case, on the keys both have."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "compare_plans.py"
+    old, new, other = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "other.csv"
+    old.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=two-pass vec=1,ok\n")
+    new.write_text("case,plan,result\na,path=clusters vec=8 workspace=0,ok\nb,path=two-pass vec=1 workspace=9,ok\n")
+    other.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=on-chip-grid vec=8,ok\n")
+    same = subprocess.run([sys.executable, str(script), str(old), str(new)], capture_output=True, text=True)
+    assert same.returncode == 0 and same.stdout == "2 cases, 0 plans differ\n"
+    differ = subprocess.run([sys.executable, str(script), str(old), str(other)], capture_output=True, text=True)
+    assert differ.returncode == 1
+    assert differ.stdout == "b\n  old: path=two-pass vec=1\n  new: path=on-chip-grid vec=8\n2 cases, 1 plans differ\n"
 
 
 def test_without_gpu_says_so():

@@ -269,7 +269,7 @@ def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stre
 
 # Values of trtgn_describe_plan()'s "path" key.
 PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
-_PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk")
+_PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk", "workspace")
 
 
 def describe_plan(params: Params) -> dict:

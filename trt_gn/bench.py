@@ -333,6 +333,9 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     return rows
 
 
+LOG_WIDTH = 1000  # columns of the console where stdout is no terminal
+
+
 def write_csv(rows: list[Row], path: Path) -> None:
     buf = io.StringIO()
     fields = list(Row.__dataclass_fields__)
@@ -514,9 +517,10 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    # Logs and pipes get the whole table (rich would fold it into 80 columns).
+    # Logs and pipes get the whole table: rich would fold it into 80 columns, and shorten cells to
+    # "…" in any fixed width narrower than the table (which grows with the compiled variants).
     tty = sys.stdout.isatty()
-    console = Console() if tty else Console(width=240)
+    console = Console() if tty else Console(width=LOG_WIDTH)
     try:
         shapes = select_shapes(shape_names)
     except ValueError as e:
@@ -543,7 +547,13 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
     if note:
         console.print(note)
     console.print(L2_NOTE)
-    out = Path(out_dir)
+    write_outputs(rows, Path(out_dir), console)
+    return rows
+
+
+def write_outputs(rows: list[Row], out: Path, console) -> None:
+    """<out>/bench.csv and <out>/bench.png, the folder (and its parents) created where missing."""
+    out.mkdir(parents=True, exist_ok=True)
     write_csv(rows, out / "bench.csv")
     console.print(f"wrote {out / 'bench.csv'}")
     try:
@@ -551,4 +561,3 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         console.print(f"wrote {out / 'bench.png'}")
     except BenchError as e:
         console.print(f"no plot: {e}")
-    return rows

@@ -269,6 +269,24 @@ def _write_plans(path: str, records) -> None:
     write_text(path, buf.getvalue())
 
 
+def _plans_only(prog: str, cases: list[Case], path: str) -> int:
+    """Every case's plan (plan_of: stand-in pointers, no kernel runs) to the CSV; the paths counted."""
+    from . import _lib
+
+    records, paths = [], Counter()
+    for case in cases:
+        try:
+            plan = plan_of(case)
+        except _lib.TrtGnError as exc:
+            plan = {"path": "error", "message": str(exc)}
+        paths[plan.get("path", "?")] += 1
+        records.append((case.spec(), " ".join(f"{k}={v}" for k, v in plan.items()), "planned"))
+    _write_plans(path, records)
+    print(f"{prog}: {len(cases)} plans written to {path}: "
+          + ", ".join(f"{p} {n}" for p, n in sorted(paths.items())))
+    return 1 if paths["error"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trt_gn.fuzz",
@@ -290,8 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans", metavar="CSV", default=None,
                         help="also write every case with the plan it ran and its result (to compare the plans "
                              "of two builds case by case)")
+    parser.add_argument("--plans-only", action="store_true",
+                        help="with --plans: describe every case's plan, run no kernel (compares two builds' "
+                             "planners in seconds)")
     args = parser.parse_args(argv)
     prog = parser.prog
+    if args.plans_only and not args.plans:
+        print(f"{prog}: error: --plans-only needs --plans CSV", file=sys.stderr)
+        return 2
     if args.cases < 0 or args.show < 0 or args.max_elements < MAX_C:
         print(f"{prog}: error: --cases and --show must be >= 0, --max-elements >= {MAX_C}", file=sys.stderr)
         return 2
@@ -318,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
     cases = fixed or [draw_case(RandomPick(rng), max_elements=args.max_elements) for _ in range(args.cases)]
     print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {_lib.library_path()}"
           + ("" if fixed else f", seed {args.seed}"), flush=True)
+    if args.plans_only:
+        return _plans_only(prog, cases, args.plans)
     ran, failed, kernels = Counter(), Counter(), Counter()
     records = []
     failures: list[tuple[Case, dict, str]] = []

@@ -81,6 +81,18 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
 
 bool isEmpty(const trtgn::Problem& q) { return q.n == 0 || q.c == 0 || q.hw == 0; }
 
+trtgn_status_t cudaFailure(cudaError_t e) {
+    return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// The plan of a valid, non-empty problem on the current device.
+trtgn_status_t planFor(const trtgn::Problem& q, trtgn::Plan* plan) {
+    const cudaError_t e = trtgn::planOnCurrentDevice(q, plan);
+    if (e != cudaSuccess) return cudaFailure(e);
+    if (plan->unsupported != nullptr) return fail(TRTGN_STATUS_NOT_SUPPORTED, "%s", plan->unsupported);
+    return TRTGN_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 extern "C" {
@@ -122,9 +134,11 @@ TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* wo
     if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0)
         return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace must be 256-byte aligned");
 
-    const cudaError_t e = trtgn::launchGroupNorm(q, workspace, static_cast<cudaStream_t>(stream));
-    if (e != cudaSuccess)
-        return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    trtgn::Plan plan;
+    const trtgn_status_t planned = planFor(q, &plan);
+    if (planned != TRTGN_STATUS_SUCCESS) return planned;
+    const cudaError_t e = trtgn::launchPlan(plan, workspace, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) return cudaFailure(e);
     return ok();
 }
 
@@ -140,15 +154,15 @@ TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char*
     } else {
         if (q.x == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "x is NULL");
         if (q.y == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "y is NULL");
-        trtgn::PlanInfo d;
-        const cudaError_t e = trtgn::launchGroupNorm(q, nullptr, nullptr, &d);
-        if (e != cudaSuccess)
-            return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        trtgn::Plan d;
+        const trtgn_status_t planned = planFor(q, &d);
+        if (planned != TRTGN_STATUS_SUCCESS) return planned;
         need = std::snprintf(buffer, size,
                              "path=%s kernel=%s vec=%d blocks=%lld threads=%d cluster=%d split=%d vpt=%d slices=%d "
-                             "chunk=%lld partials=%s",
-                             d.path, d.kernel, d.vec, (long long)d.blocks, d.threads, d.cluster, d.split, d.vpt,
-                             d.slices, (long long)d.chunk, d.partials[0] ? d.partials : "-");
+                             "chunk=%lld partials=%s workspace=%zu",
+                             trtgn::pathName(d.path), d.kernel, d.vec, (long long)(d.gridX * d.gridY), d.threads,
+                             d.cluster, d.split, d.vpt, d.slices, (long long)d.chunk, d.partials[0] ? d.partials : "-",
+                             d.workspace);
     }
     if (need < 0 || size_t(need) >= size) {
         buffer[0] = '\0';
@@ -160,8 +174,7 @@ TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char*
 TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch) {
     if (arch == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "arch is NULL");
     const cudaError_t e = trtgn::kernelsPtxArch(arch);
-    if (e != cudaSuccess)
-        return fail(TRTGN_STATUS_CUDA_ERROR, "CUDA error: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    if (e != cudaSuccess) return cudaFailure(e);
     return ok();
 }
 

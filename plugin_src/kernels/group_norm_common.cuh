@@ -10,7 +10,8 @@
 
 #include <type_traits>
 
-#include "group_norm_launch.h"
+#include "group_norm_args.h"
+#include "trt_gn/group_norm.h"
 
 namespace trtgn {
 
@@ -278,16 +279,6 @@ __device__ __forceinline__ float4 finishStats(double s1, double s2, double invCo
     const double mean = double(k) + m;
     const float hi = float(mean);
     return make_float4(hi, float(mean - double(hi)), rsqrtf(float(var + double(eps))), 0.f);
-}
-
-__host__ __device__ constexpr int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Whether every vector of `vec` channels (they start at multiples of vec)
-// holds channels of at most two groups of cpg.
-inline bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
-    for (int64_t c = 0; c < cpg * vec; c += vec)
-        if ((c + vec - 1) / cpg - c / cpg > 1) return false;
-    return true;
 }
 
 // NCHW: the channels (offset / hw) of offsets first, first + step, ... (next)

@@ -5,61 +5,24 @@
 //      keeps per-thread shifted sums per channel; a block writes one
 //      (mean, M2) partial per group (NCHW; NHWC where no group straddles two
 //      of its column slices) or per channel (other NHWC);
-//   2. finalisation: one warp per (n, group) merges its partials (Chan) into
-//      mean and 1/sqrt(var + eps);
-// Statistics are taken of d = x - k, k the group's first element, so that
-// fp32 keeps full precision for |mean| >> std (see group_norm_fused.cu).
+//   2. finalisation: one block per (n, group) merges its partials into mean
+//      and 1/sqrt(var + eps);
 //   3. application: the same blocks walk their chunks in REVERSE, so the data
 //      the statistics pass read last (still in L2) is read first; the last
 //      read of x and the write of y are marked evict-first.
-#include <algorithm>
-
+// Statistics are taken of d = x - k, k the group's first element, so that
+// fp32 keeps full precision for |mean| >> std (see group_norm_cluster.cu).
 #include "group_norm_common.cuh"
-#include "group_norm_fused.h"
+#include "group_norm_launch.h"
 
 namespace trtgn {
 namespace {
 
-constexpr int kThreads = 512;      // NHWC: 2 blocks an SM
-constexpr int kThreadsNCHW = 256;  // NCHW: 4 blocks an SM (measured faster on the VAE shapes)
+constexpr int kThreads = kTwoPassThreadsNHWC;
+constexpr int kThreadsNCHW = kTwoPassThreadsNCHW;
 constexpr int kUnroll = 4;       // independent 16-byte loads in flight per thread (apply)
 constexpr int kStatsUnroll = 8;  // the statistics pass keeps less state: more loads in flight
 constexpr int kStatsRunRows = 32 * kStatsUnroll;  // fp32 statistics: rows a thread sums before merging (gnStatsNHWC)
-
-struct TwoPassArgs {
-    const void* x;
-    void* y;
-    const void* gamma;
-    const void* beta;
-    float2* partials;  // (mean, M2)
-    float4* stats;     // (k, mean of x - k, rstd, unused) per (n, group)
-    int64_t n, hw, cs, c;
-    int64_t cpg, groups;
-    int64_t chunkUnits;  // NHWC: pixels per chunk; NCHW: vectors per chunk
-    int64_t units;       // NHWC: hw; NCHW: vectors per group
-    int chunks;          // chunks per image (NHWC) / per group (NCHW)
-    int vb;              // NHWC: vectors per block row
-    int rows;            // NHWC: pixel rows per block
-    bool groupPartials;  // NHWC: a block's channels are whole groups: one partial per group, not per channel
-    float eps;
-    int act;
-    bool affineFp32;
-};
-
-struct FinalizeArgs {
-    const void* x;
-    const float2* partials;
-    float4* stats;
-    int64_t kN, kG;       // element offset of the group's first element: n*kN + g*kG
-    int64_t nGroups;      // N * G
-    int64_t groups;
-    int64_t nStride, gStride, chunkStride;
-    int64_t members;      // partials per chunk per group: channels (NHWC) or 1 (NCHW)
-    int64_t chunks;
-    int64_t chunkUnits, totalUnits;  // elements per partial = min(chunkUnits, totalUnits - chunk*chunkUnits) * unitElems
-    int64_t unitElems;
-    float eps;
-};
 
 // ---------------------------------------------------------------- NHWC ----
 
@@ -395,7 +358,6 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
 // Partials are (mean, M2) of x - k_g with known counts; in double, the sums
 // S = sum(n_i * mean_i) and Q = sum(M2_i + n_i * mean_i^2) lose nothing that
 // matters (the means are small next to k_g), and need no division per item.
-constexpr int kFinalizeThreads = 256;
 
 // One block per (n, group): its threads load the group's partials together
 // (one latency, not one per item) and sum in double.
@@ -457,132 +419,48 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
     }
 }
 
-// ------------------------------------------------------------- planning ---
+// ------------------------------------------------------------- launch ----
 
-constexpr size_t kAlign = 256;
-size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
-size_t partialsCapacity(const Problem& p) {
-    // NHWC: n * chunks <= max(n, kMaxStatsBlocks) blocks, c partials each.
-    // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each.
-    if (p.layout == TRTGN_LAYOUT_NHWC) return size_t(std::max<int64_t>(p.n, kMaxStatsBlocks)) * size_t(p.c);
-    return size_t(std::max<int64_t>(p.n * p.groups, kMaxStatsBlocks));
+template <typename T>
+const void* applyKernelT(ApplyKernel k, int vec) {
+    constexpr int VEC = kVec16<T>;
+    const bool v = vec == VEC;
+    switch (k) {
+        case ApplyKernel::kNHWC:
+            return v ? reinterpret_cast<const void*>(&gnApplyNHWC<T, VEC>) : reinterpret_cast<const void*>(&gnApplyNHWC<T, 1>);
+        case ApplyKernel::kNCHW:
+            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, false>)
+                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, false>);
+        case ApplyKernel::kNCHWWide:
+            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, true>)
+                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, true>);
+    }
+    return nullptr;
 }
 
-template <typename T, int VEC>
-cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
-                           PlanInfo* describe) {
-    TwoPassArgs a{};
-    a.x = p.x;
-    a.y = p.y;
-    a.gamma = p.gamma;
-    a.beta = p.beta;
+template <typename T>
+const void* statsKernelT(bool nhwc, int vec) {
+    constexpr int VEC = kVec16<T>;
+    if (nhwc) return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNHWC<T, VEC>) : reinterpret_cast<const void*>(&gnStatsNHWC<T, 1>);
+    return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNCHW<T, VEC>) : reinterpret_cast<const void*>(&gnStatsNCHW<T, 1>);
+}
+
+template <typename T>
+cudaError_t launchTwoPassT(const Plan& plan, void* workspace, cudaStream_t stream) {
+    const TwoPassPlan& t = plan.twoPass;
+    TwoPassArgs a = t.args;
+    FinalizeArgs f = t.finalize;
     a.stats = static_cast<float4*>(workspace);
-    a.partials = reinterpret_cast<float2*>(static_cast<char*>(workspace) + alignUp(size_t(p.n * p.groups) * sizeof(float4)));
-    a.n = p.n;
-    a.hw = p.hw;
-    a.cs = p.cs;
-    a.c = p.c;
-    a.cpg = p.cpg;
-    a.groups = p.groups;
-    a.eps = p.eps;
-    a.act = int(p.act);
-    a.affineFp32 = p.affineFp32;
-
-    FinalizeArgs f{};
-    f.x = p.x;
-    f.partials = a.partials;
+    a.partials = reinterpret_cast<float2*>(static_cast<char*>(workspace) + t.partialsOffset);
     f.stats = a.stats;
-    f.nGroups = p.n * p.groups;
-    f.groups = p.groups;
-    f.eps = p.eps;
-
-    void* stats;
-    void* apply;
-    dim3 grid;
-    dim3 block;
-    if (p.layout == TRTGN_LAYOUT_NHWC) {
-        stats = reinterpret_cast<void*>(&gnStatsNHWC<T, VEC>);
-        apply = reinterpret_cast<void*>(&gnApplyNHWC<T, VEC>);
-        const int64_t V = ceilDiv(p.c, VEC);
-        a.vb = int(std::min<int64_t>(V, kThreads));
-        a.rows = kThreads / a.vb;
-        const int64_t slices = ceilDiv(V, a.vb);
-        int bps = 1;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, apply, a.vb * a.rows, 0);
-        if (e != cudaSuccess) return e;
-        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
-        int64_t chunks = ceilDiv(target, p.n * slices);
-        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / p.n));
-        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, p.hw));
-        a.chunkUnits = ceilDiv(p.hw, chunks);
-        a.chunks = int(ceilDiv(p.hw, a.chunkUnits));
-        a.units = p.hw;
-        grid = dim3(unsigned(p.n * a.chunks), unsigned(slices), 1);
-        block = dim3(unsigned(a.vb * a.rows), 1, 1);
-        // Where no group straddles two column slices of blocks, the
-        // statistics blocks merge each group's channels themselves.
-        a.groupPartials = slices == 1 || (int64_t(a.vb) * VEC) % p.cpg == 0;
-        const int64_t perChunk = a.groupPartials ? p.groups : p.c;
-        f.nStride = int64_t(a.chunks) * perChunk;
-        f.gStride = a.groupPartials ? 1 : p.cpg;
-        f.chunkStride = perChunk;
-        f.members = a.groupPartials ? 1 : p.cpg;
-        f.chunks = a.chunks;
-        f.chunkUnits = a.chunkUnits;
-        f.totalUnits = p.hw;
-        f.unitElems = a.groupPartials ? p.cpg : 1;
-        f.kN = p.hw * p.cs;
-        f.kG = p.cpg;
-    } else {
-        stats = reinterpret_cast<void*>(&gnStatsNCHW<T, VEC>);
-        const int64_t units = p.cpg * p.hw / VEC;
-        apply = units * VEC < (int64_t(1) << 32) ? reinterpret_cast<void*>(&gnApplyNCHW<T, VEC, false>)
-                                                 : reinterpret_cast<void*>(&gnApplyNCHW<T, VEC, true>);
-        int bps = 1;
-        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, apply, kThreadsNCHW, 0);
-        if (e != cudaSuccess) return e;
-        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
-        const int64_t ng = p.n * p.groups;
-        int64_t chunks = ceilDiv(target, ng);
-        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / ng));
-        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, ceilDiv(units, kThreadsNCHW)));
-        a.chunkUnits = ceilDiv(units, chunks);
-        a.chunks = int(ceilDiv(units, a.chunkUnits));
-        a.units = units;
-        grid = dim3(unsigned(ng * a.chunks), 1, 1);
-        block = dim3(kThreadsNCHW, 1, 1);
-        f.nStride = p.groups * a.chunks;
-        f.gStride = a.chunks;
-        f.chunkStride = 1;
-        f.members = 1;
-        f.chunks = a.chunks;
-        f.chunkUnits = a.chunkUnits * VEC;
-        f.totalUnits = units * VEC;
-        f.unitElems = 1;
-        f.kN = p.c * p.hw;
-        f.kG = p.cpg * p.hw;
-    }
-    if (grid.x > 0x7fffffffu) return cudaErrorInvalidConfiguration;
-    if (describe != nullptr) {
-        const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
-        describe->path = "two-pass";
-        describe->kernel = nhwc ? "gnStatsNHWC+gnApplyNHWC" : "gnStatsNCHW+gnApplyNCHW";
-        describe->vec = VEC;
-        describe->blocks = int64_t(grid.x) * grid.y;
-        describe->threads = int(block.x);
-        describe->slices = int(grid.y);
-        describe->chunk = a.chunkUnits;
-        describe->partials = nhwc ? (a.groupPartials ? "group" : "channel") : "group";
-        return cudaSuccess;
-    }
+    f.partials = a.partials;
 
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
+    cfg.gridDim = dim3(unsigned(plan.gridX), unsigned(plan.gridY), 1);
+    cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
     cfg.stream = stream;
     void* args[] = {&a};
-    cudaError_t e = cudaLaunchKernelExC(&cfg, stats, args);
+    cudaError_t e = cudaLaunchKernelExC(&cfg, statsKernelT<T>(t.apply == ApplyKernel::kNHWC, plan.vec), args);
     if (e != cudaSuccess) return e;
 
     cudaLaunchConfig_t fcfg = {};
@@ -590,35 +468,28 @@ cudaError_t launchTwoPassT(const Problem& p, const DeviceInfo& dev, void* worksp
     fcfg.blockDim = dim3(kFinalizeThreads, 1, 1);
     fcfg.stream = stream;
     void* fargs[] = {&f};
-    e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<void*>(&gnFinalize<T>), fargs);
+    e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<const void*>(&gnFinalize<T>), fargs);
     if (e != cudaSuccess) return e;
 
-    return cudaLaunchKernelExC(&cfg, apply, args);
-}
-
-template <typename T>
-cudaError_t launchTwoPassDtype(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
-                               PlanInfo* describe) {
-    constexpr int VEC = kVec16<T>;
-    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
-    const bool vec = p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % VEC == 0 && p.cs % VEC == 0
-                                                   : aligned && p.hw % VEC == 0;
-    return vec ? launchTwoPassT<T, VEC>(p, dev, workspace, stream, describe)
-               : launchTwoPassT<T, 1>(p, dev, workspace, stream, describe);
+    return cudaLaunchKernelExC(&cfg, applyKernelT<T>(t.apply, plan.vec), args);
 }
 
 }  // namespace
 
-size_t twoPassWorkspaceBytes(const Problem& p) {
-    return alignUp(size_t(p.n * p.groups) * sizeof(float4)) + alignUp(partialsCapacity(p) * sizeof(float2));
+const void* applyKernel(ApplyKernel k, int vec, trtgn_dtype_t dtype) {
+    switch (dtype) {
+        case TRTGN_DTYPE_FLOAT32: return applyKernelT<float>(k, vec);
+        case TRTGN_DTYPE_FLOAT16: return applyKernelT<__half>(k, vec);
+        case TRTGN_DTYPE_BFLOAT16: return applyKernelT<__nv_bfloat16>(k, vec);
+    }
+    return nullptr;
 }
 
-cudaError_t launchTwoPass(const Problem& p, const DeviceInfo& dev, void* workspace, cudaStream_t stream,
-                          PlanInfo* describe) {
-    switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return launchTwoPassDtype<float>(p, dev, workspace, stream, describe);
-        case TRTGN_DTYPE_FLOAT16: return launchTwoPassDtype<__half>(p, dev, workspace, stream, describe);
-        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassDtype<__nv_bfloat16>(p, dev, workspace, stream, describe);
+cudaError_t launchTwoPass(const Plan& plan, void* workspace, cudaStream_t stream) {
+    switch (plan.problem.dtype) {
+        case TRTGN_DTYPE_FLOAT32: return launchTwoPassT<float>(plan, workspace, stream);
+        case TRTGN_DTYPE_FLOAT16: return launchTwoPassT<__half>(plan, workspace, stream);
+        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassT<__nv_bfloat16>(plan, workspace, stream);
     }
     return cudaErrorInvalidValue;
 }

@@ -44,7 +44,7 @@ typedef enum trtgn_status {
     TRTGN_STATUS_INVALID_ARGUMENT = 1,   /* a parameter is out of range */
     TRTGN_STATUS_WORKSPACE_TOO_SMALL = 2,/* workspace_bytes < trtgn_workspace_size() */
     TRTGN_STATUS_CUDA_ERROR = 3,         /* a CUDA call or launch failed */
-    TRTGN_STATUS_NOT_SUPPORTED = 4       /* valid, but no kernel for it on this device */
+    TRTGN_STATUS_NOT_SUPPORTED = 4       /* valid, but beyond what the kernels launch (CUDA's grid limits) */
 } trtgn_status_t;
 
 typedef enum trtgn_dtype {
@@ -121,7 +121,9 @@ TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch);
  *   vpt      vectors a thread holds (clusters); slices: channel slices
  *   chunk    pixels (NHWC) or elements (NCHW) a block walks; partials: two-pass NHWC
  *            statistics per group or per channel ("-" elsewhere)
- * Validates like trtgn_group_norm() (x and y are needed: their alignment
+ *   workspace  bytes of workspace the plan uses (at most trtgn_workspace_size())
+ * Fails with TRTGN_STATUS_NOT_SUPPORTED, and the reason, where no launch fits
+ * CUDA's grid limits (as trtgn_group_norm() then does). Validates like trtgn_group_norm() (x and y are needed: their alignment
  * takes part in the choice); launches nothing and needs no workspace. Keys
  * may be added; none is removed or renamed within an ABI version. */
 TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char* buffer, size_t size);

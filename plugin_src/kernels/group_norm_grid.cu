@@ -19,7 +19,7 @@
 // per-channel statistics, gamma, beta and group of its VEC channels stay in
 // registers; the threads' sums are added into groups in a fixed order (no atomics:
 // every launch gives bit-identical results). In 16 bits, where the channels
-// split into slices of 64-128 (sliceCount), a block's chunk is instead a run
+// split into slices of 64-128 (the planner's sliceCount), a block's chunk is instead a run
 // of pixels of one slice of the channels, gathered by 2-D bulk copies
 // (cp.async.bulk.tensor) through a tensor map; c and groups are then the
 // slice's.
@@ -54,122 +54,22 @@
 #include <cuda.h>  // CUtensorMap: the channel slices' 2-D bulk copies
 #include <cudaTypedefs.h>
 
-#include <algorithm>
-#include <numeric>
 #include <type_traits>
 
 #include "group_norm_common.cuh"
-#include "group_norm_fused.h"
+#include "group_norm_hopper.cuh"
+#include "group_norm_launch.h"
 
 namespace cg = cooperative_groups;
 
 namespace trtgn {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kMaxPieces = 4;
-
-struct PersistentArgs {
-    const void* x;
-    void* y;
-    const void* gamma;
-    const void* beta;
-    float2* partials;   // workspace, per block and group, d = x - k: float2 (mean of d, M2) streaming NCHW,
-                        // double2 (sum d, sum d^2) streaming NHWC, else float2 (sum d, sum d^2)
-    double invCount;    // 1 / elements per group
-    int64_t hw;         // pixels per image
-    int64_t chunk;      // NHWC: pixels per block; NCHW: elements per block
-    int64_t pieceLen;   // the same unit, per bulk copy
-    int64_t tileCap;    // units of a chunk the tile holds (streaming: the tail; the head is read twice)
-    int c, cpg, groups;
-    int blocksPer;      // NHWC: blocks per image; NCHW: blocks per (n, group)
-    int tileOffset;     // bytes of shared memory before the tile
-    // On-chip NHWC in channel slices (see sliceCount): c and groups are then
-    // a slice's, cs and groupsAll the image's.
-    int cs;             // channels a pixel in memory
-    int groupsAll;      // groups an image
-    int log2Slices;     // 1 << log2Slices slices an image
-    float eps;
-    int act;
-    bool affineFp32;
-};
+constexpr int kThreads = kGridThreads;
 
 // The device code exists for Hopper and later only (the host never launches
 // it elsewhere); older architectures get empty kernels.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-
-// ---- Tensor Memory Accelerator: 1-D bulk copies completed on an mbarrier ----
-
-__device__ __forceinline__ uint32_t smemAddr(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbarInit(uint64_t* bar, int count) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smemAddr(bar)), "r"(count) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void fenceBarrierInit() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-
-// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from
-// global to shared memory; the mbarrier completes when they have landed.
-// evictFirst: the lines are marked first to go from L2 (streaming: the data
-// is on chip now, and L2 is better spent on what will be read again).
-__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evictFirst) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes)
-                 : "memory");
-    if (evictFirst) {
-        uint64_t policy;
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
-            "%4;" ::"r"(smemAddr(dst)),
-            "l"(src), "r"(bytes), "r"(smemAddr(bar)), "l"(policy)
-            : "memory");
-    } else {
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                smemAddr(dst)),
-            "l"(src), "r"(bytes), "r"(smemAddr(bar))
-            : "memory");
-    }
-#endif
-}
-
-// Copies the box of the 2-D tensor map at (column c0, row r0) to shared
-// memory (128-byte aligned); the mbarrier completes when its `bytes` (the
-// whole box, rows past the tensor filled with zeros) have landed.
-__device__ __forceinline__ void tensorLoad2d(void* dst, const CUtensorMap* map, int c0, int r0, uint32_t bytes,
-                                             uint64_t* bar) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smemAddr(bar)), "r"(bytes) : "memory");
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-            smemAddr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(smemAddr(bar))
-        : "memory");
-#endif
-}
-
-__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(smemAddr(bar)),
-        "r"(parity)
-        : "memory");
-#endif
-}
 
 // Thread 0 initialises the mbarriers and starts the copies of `len` units of
 // `unitBytes` in pieces of `pieceLen` units; the other threads go on (a
@@ -263,23 +163,6 @@ __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratc
 #endif  // Hopper
 
 // ---------------------------------------------------------------- NHWC ----
-
-// Streaming (the chunk is longer than the tile). Shared memory: mbarriers;
-// the threads' per-channel mean - k and M2 [rows per pass][C] (x2), later the
-// per-part group sums [parts][G]; per group k, then (hi, lo, rstd); then the
-// tile (128-byte aligned).
-struct NhwcLayout {
-    int sums, groupStats, tile;
-};
-__host__ __device__ inline NhwcLayout nhwcLayout(int c, int vec, int groups) {
-    const int rowsPerPass = kThreads / (c / vec);
-    NhwcLayout l;
-    l.sums = 128;
-    const int parts = groups >= kThreads ? 1 : kThreads / groups;
-    l.groupStats = l.sums + int(std::max<int64_t>(int64_t(2) * rowsPerPass * c * 4, int64_t(16) * parts * groups));
-    l.tile = int((l.groupStats + 16 * int64_t(groups) + 127) / 128 * 128);
-    return l;
-}
 
 // (Device code for Hopper only, like the kernel that uses it.)
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -382,7 +265,7 @@ template <int U>
 // kAhead: the second read loads a batch ahead (streamItemsAhead), chosen at
 // launch where most of the image is head.
 template <typename T, bool kAhead>
-__global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
+__global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -657,30 +540,6 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(PersistentArgs a) {
 //   adjacent lanes.
 // Per channel gamma/beta are loaded into registers at the start and used
 // after the grid barrier (their latency hidden behind it).
-struct OnChipPlan {
-    int offStats;     // smem: per group float4: (k, ...), later (hi, lo, rstd)
-    int offChan;      // smem: the threads' per-channel sums [rowsPerPass][C] (x2)
-    int vecsPerPixel;  // C / VEC
-    int rowsPerPass;   // kThreads / vecsPerPixel
-    int tpg;           // threads per group in the reductions: a power of two <= 32
-    float invCpg;      // 1 / (C / G), for exact division of small integers
-    float invRows;     // 1 / rowsPerPass, the same way
-};
-__host__ __device__ constexpr int roundUp(int64_t v, int m) { return int((v + m - 1) / m * m); }
-inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
-    OnChipPlan q{};
-    q.vecsPerPixel = c / vec;
-    q.rowsPerPass = kThreads / q.vecsPerPixel;
-    q.tpg = 1;
-    while (q.tpg < 32 && 2 * q.tpg * groups <= kThreads) q.tpg *= 2;
-    q.invCpg = 1.f / float(c / groups);
-    q.invRows = 1.f / float(q.rowsPerPass);
-    q.offStats = 128;
-    q.offChan = q.offStats + 16 * groups;
-    *tileOffset = roundUp(q.offChan + int64_t(8) * q.rowsPerPass * c, 128);
-    return q;
-}
-
 // kTwoGroups: each thread's vector holds channels of at most two groups (lo,
 // then hi from element `split`: C/G = 4 or >= 6 in 16 bits, >= 2 in fp32;
 // see vectorSpansAtMostTwoGroups), so a thread adds its channels' sums into
@@ -688,7 +547,7 @@ inline OnChipPlan onChipPlan(int c, int vec, int groups, int* tileOffset) {
 // pair of each thread of a group's columns instead of each (row, channel):
 // several times fewer items a group.
 template <typename T, bool kTwoGroups>
-__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, OnChipPlan q,
+__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPlan q,
                                                              const __grid_constant__ CUtensorMap slicesMap) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
@@ -958,19 +817,13 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(PersistentArgs a, On
 
 // ---------------------------------------------------------------- NCHW ----
 
-// Shared memory: mbarriers, warp scratch, gamma/beta of the block's channels,
-// then the tile.
-constexpr int kNchwTable = 256;  // channels of gamma/beta kept in shared memory
-constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
-// Threads of a block. Streaming NCHW keeps little state a thread (64
-// registers), so 1024 fit, faster than 512. (NHWC keeps a vector's
-// channels' state: 100-128.)
-__host__ __device__ constexpr int nchwThreads(bool streaming) { return streaming ? 2 * kThreads : kThreads; }
+// Shared memory: mbarriers, warp scratch, gamma/beta of the block's channels
+// (kNchwHeaderBytes), then the tile.
 static_assert(nchwThreads(true) / 32 * 16 <= 32 * 16, "the warp scratch holds 32 warps' double2");
 static_assert(kNchwTable + 32 <= nchwThreads(false), "warps 1 and up load the gamma/beta table");
 
 template <typename T, bool kStream>
-__global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(PersistentArgs a) {
+__global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(GridArgs a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int NT = nchwThreads(kStream);
     constexpr int VEC = kVec16<T>;
@@ -1155,254 +1008,96 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Pers
 
 // ---------------------------------------------------------------- launch ----
 
-// Channel slices of the on-chip NHWC grid. A block holds the pixels of one
-// slice of an image's channels (whole groups) instead of whole pixels,
-// gathered by 2-D bulk copies (Tensor Memory Accelerator,
-// cp.async.bulk.tensor, one a piece): its sums are of a few groups, and
-// after the grid barrier it reads its slice's groups' partials, from
-// 1/slices of the blocks. Slices of 40 channels, blocks of 160 KB and rows
-// across 32-byte sectors were slower, so the rule below takes the most
-// slices of 64-128 channels whose rows are whole sectors, at most 128 KB a
-// block, 16 bits only (where it was measured). Per-thread cp.async gathers
-// of such slices had lost to whole pixels everywhere but on one image.
-// Returns log2 of the slices an image (0: whole pixels) and sets pieceLen.
-// 2-D bulk copies need boxes of at most 256 rows and 256 channels, rows of
-// 16-byte multiples and 128-byte aligned destinations.
 template <typename T>
-int sliceCount(const Problem& p, const DeviceInfo& dev, int64_t staticSmem, int64_t* pieceLen) {
-    constexpr int VEC = kVec16<T>;
-    constexpr int64_t kMinSliceChannels = 64, kMaxSliceChannels = 128, kMaxTileBytes = 128 * 1024;
-    if (sizeof(T) != 2) return 0;  // measured in 16 bits only
-    int log2s = 0;  // the most slices of 64-128 channels, rows of whole 32-byte sectors
-    for (int l = 1; l <= 4; ++l) {
-        const int64_t s = int64_t(1) << l, sliceC = p.c / s;
-        if (p.c % s == 0 && p.groups % s == 0 && sliceC % VEC == 0 && sliceC >= kMinSliceChannels &&
-            sliceC <= kMaxSliceChannels && (sliceC * int64_t(sizeof(T))) % 32 == 0)
-            log2s = l;
+const void* gridKernelT(GridKernel k) {
+    switch (k) {
+        case GridKernel::kOnChipNHWC: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, false>);
+        case GridKernel::kOnChipNHWCTwoGroups: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, true>);
+        case GridKernel::kOnChipNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, false>);
+        case GridKernel::kStreamNHWC: return reinterpret_cast<const void*>(&gnStreamNHWC<T, false>);
+        case GridKernel::kStreamNHWCAhead: return reinterpret_cast<const void*>(&gnStreamNHWC<T, true>);
+        case GridKernel::kStreamNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, true>);
     }
-    if (log2s == 0) return 0;
-    const int64_t s = int64_t(1) << log2s;
-    if (p.n * s > dev.numSMs) return 0;
-    const int64_t rowBytes = p.c / s * int64_t(sizeof(T));
-    const int64_t chunk = ceilDiv(p.hw, dev.numSMs / (p.n * s));
-    const int64_t quantum = 128 / std::gcd(rowBytes, int64_t(128));  // rows a piece: 128-byte aligned pieces
-    const int64_t len = ceilDiv(ceilDiv(chunk, kMaxPieces), quantum) * quantum;
-    const int64_t tileBytes = kMaxPieces * len * rowBytes;
-    int tileOffset = 0;
-    onChipPlan(int(p.c / s), VEC, int(p.groups / s), &tileOffset);
-    if (len > 256 || tileBytes > kMaxTileBytes || staticSmem + tileOffset + tileBytes > dev.maxSmemOptin) return 0;
-    *pieceLen = len;
-    return log2s;
+    return nullptr;
 }
 
-// The 2-D tensor map of x for the slices: (channels, pixels of all images),
-// boxes of one slice's channels by pieceLen rows. False where the driver
-// does not provide the encoder (the caller then keeps whole pixels).
-template <typename T>
-bool encodeSlicesMap(const Problem& p, int sliceC, int64_t pieceLen, CUtensorMap* map) {
-    // Looked up on every call (nothing is kept between calls). A failed
-    // lookup is handled here, so its error is taken back out of the
-    // thread's last error, unless that already held the caller's.
+// The driver's tensor-map encoder, looked up on every call (nothing is kept
+// between calls). A failed lookup is an answer, not an error: its error is
+// taken back out of the thread's last error, unless that held the caller's.
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
     PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     cudaDriverEntryPointQueryResult found{};
     const cudaError_t before = cudaPeekAtLastError();
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", reinterpret_cast<void**>(&encode), 12000,
                                          cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess || encode == nullptr) {
+        found != cudaDriverEntryPointSuccess) {
         if (before == cudaSuccess) cudaGetLastError();
-        return false;
+        return nullptr;
     }
+    return encode;
+}
+
+// The 2-D tensor map of x for the channel slices: (channels, pixels of all
+// images), boxes of one slice's channels by pieceLen rows.
+bool encodeSlicesMap(const Plan& plan, CUtensorMap* map) {
+    const Problem& p = plan.problem;
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+    if (encode == nullptr) return false;
     const cuuint64_t dims[2] = {cuuint64_t(p.c), cuuint64_t(p.n * p.hw)};
-    const cuuint64_t strides[1] = {cuuint64_t(p.cs) * sizeof(T)};
-    const cuuint32_t box[2] = {cuuint32_t(sliceC), cuuint32_t(pieceLen)};
+    const cuuint64_t strides[1] = {cuuint64_t(p.cs) * 2};  // slices are planned in 16 bits only
+    const cuuint32_t box[2] = {cuuint32_t(plan.grid.sliceChannels), cuuint32_t(plan.grid.slicePieceLen)};
     const cuuint32_t elementStrides[2] = {1, 1};
     const CUtensorMapDataType type =
-        std::is_same<T, __half>::value ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+        p.dtype == TRTGN_DTYPE_FLOAT16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     return encode(map, type, 2, const_cast<void*>(p.x), dims, strides, box, elementStrides,
                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T>
-cudaError_t tryLaunchPersistentT(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                 cudaStream_t stream, bool* launched, PlanInfo* describe) {
-    constexpr int VEC = kVec16<T>;
-    *launched = false;
-    if (!dev.hopperCode || dev.maxSmemOptin <= 0) return cudaSuccess;
+}  // namespace
 
-    PersistentArgs a{};
-    a.x = p.x;
-    a.y = p.y;
-    a.gamma = p.gamma;
-    a.beta = p.beta;
+const void* gridKernel(GridKernel k, trtgn_dtype_t dtype) {
+    switch (dtype) {
+        case TRTGN_DTYPE_FLOAT32: return gridKernelT<float>(k);
+        case TRTGN_DTYPE_FLOAT16: return gridKernelT<__half>(k);
+        case TRTGN_DTYPE_BFLOAT16: return gridKernelT<__nv_bfloat16>(k);
+    }
+    return nullptr;
+}
+
+bool tensorMapsAvailable() { return tensorMapEncoder() != nullptr; }
+
+cudaError_t launchGrid(const Plan& plan, void* workspace, cudaStream_t stream) {
+    const GridPlan& g = plan.grid;
+    const void* kernel = gridKernel(g.kernel, plan.problem.dtype);
+    if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
+    GridArgs a = g.args;
     a.partials = static_cast<float2*>(workspace);
-    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
-    a.hw = p.hw;
-    a.c = int(p.c);
-    a.cpg = int(p.cpg);
-    a.groups = int(p.groups);
-    a.eps = p.eps;
-    a.act = int(p.act);
-    a.affineFp32 = p.affineFp32;
-    a.cs = int(p.c);
-    a.groupsAll = int(p.groups);
-    a.log2Slices = 0;
-
-    const double bytes = double(p.n) * double(p.c) * double(p.hw) * sizeof(T);
-
-    // How far streaming goes (against the two-pass kernels; the head's second
-    // read then comes mostly from DRAM and the on-chip tile saves less and
-    // less). NHWC: a thread's fp32 sums run over chunk / rowsPerPass rows
-    // before they go to double. In 16 bits streaming stops being faster at
-    // about 256 rows. fp32 outputs of inputs with |mean| >> std miss their
-    // tolerance before that, so fp32 streams up to 160 rows; up to 160 MB
-    // everything streams. NCHW sums each vector first, keeps its margin and
-    // beat two passes on every size measured, up to 2 GiB.
-    constexpr int64_t kMaxStreamRowsNhwc = sizeof(T) == 4 ? 160 : 256;
-    constexpr double kStreamBytesAny = 160.0 * (1 << 20);
-    constexpr double kMaxStreamBytesNchw = 2.0 * (1 << 30);
-    const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
-    int64_t blocks = 0, chunk = 0, unitBytes = 0, unitQuantum = 1;
-    if (nhwc) {
-        // Whole pixels, packed (no padding channels: a bulk copy would read
-        // them), a vector column per thread.
-        if (p.cs != p.c || p.c % VEC != 0 || p.c / VEC > kThreads || p.n > dev.numSMs) return cudaSuccess;
-        const int64_t perImage = std::max<int64_t>(1, dev.numSMs / p.n);
-        chunk = ceilDiv(p.hw, perImage);
-        a.blocksPer = int(ceilDiv(p.hw, chunk));
-        a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
-        unitBytes = p.c * int64_t(sizeof(T));
-        blocks = p.n * a.blocksPer;
-        if (size_t(blocks) * size_t(p.groups) * sizeof(double2) > workspaceBytes) return cudaSuccess;
-    } else {
-        const int64_t segs = p.n * p.groups;
-        const int64_t segLen = p.cpg * p.hw;
-        // (A segment's offsets must fit 32 bits; the size limits below keep
-        // them far smaller.)
-        if (p.hw % VEC != 0 || segs > dev.numSMs || segLen > int64_t(UINT32_MAX)) return cudaSuccess;
-        const int64_t perSeg = std::max<int64_t>(1, dev.numSMs / segs);
-        chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
-        a.blocksPer = int(ceilDiv(segLen, chunk));
-        a.tileOffset = kNchwHeaderBytes;
-        unitBytes = sizeof(T);
-        unitQuantum = VEC;  // the tile and its pieces hold whole vectors
-        blocks = segs * a.blocksPer;
-        if (size_t(blocks) * sizeof(float2) > workspaceBytes) return cudaSuccess;
-    }
-    a.chunk = chunk;
-
-    // The tile holds the whole chunk if it fits; else its tail (streaming).
-    // The grid barrier takes some static shared memory of its own.
-    void* kernel = !nhwc ? reinterpret_cast<void*>(&gnPersistentNCHW<T, false>)
-                   : vectorSpansAtMostTwoGroups(p.cpg, VEC) ? reinterpret_cast<void*>(&gnOnChipNHWC<T, true>)
-                                                            : reinterpret_cast<void*>(&gnOnChipNHWC<T, false>);
-    OnChipPlan plan{};
-    if (nhwc) plan = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
-    cudaFuncAttributes fa{};
-    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
-    if (e != cudaSuccess) return e;
-    const bool streaming = a.tileOffset + chunk * unitBytes + int64_t(fa.sharedSizeBytes) > dev.maxSmemOptin;
-    // On-chip NHWC in channel slices where sliceCount finds a plan (and the
-    // driver encodes its tensor map): a slice's channels, groups and blocks.
+    OnChipPlan onChip = g.onChip;
     CUtensorMap slicesMap{};
-    int64_t slicePieceLen = 0;
-    if (nhwc && !streaming) {
-        const int log2s = sliceCount<T>(p, dev, fa.sharedSizeBytes, &slicePieceLen);
-        const int64_t imageSlices = p.n << log2s;
-        const int64_t sliceChunk = log2s > 0 ? ceilDiv(p.hw, dev.numSMs / imageSlices) : 0;
-        const int64_t stride = (ceilDiv(p.hw, std::max<int64_t>(1, sliceChunk)) + 1) & ~int64_t(1);
-        if (log2s > 0 && size_t(p.n * p.groups * stride) * sizeof(float2) <= workspaceBytes &&
-            encodeSlicesMap<T>(p, int(p.c >> log2s), slicePieceLen, &slicesMap)) {
-            a.log2Slices = log2s;
-            a.c = int(p.c >> log2s);
-            a.groups = int(p.groups >> log2s);
-            chunk = sliceChunk;
-            a.chunk = chunk;
-            a.blocksPer = int(ceilDiv(p.hw, chunk));
-            blocks = imageSlices * a.blocksPer;
-            unitBytes = a.c * int64_t(sizeof(T));
-            plan = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
-        }
-    }
-    if (streaming) {
-        if (nhwc) {
-            a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
-            if (bytes > kStreamBytesAny && ceilDiv(chunk, kThreads / (p.c / VEC)) > kMaxStreamRowsNhwc)
-                return cudaSuccess;
-        } else if (bytes > kMaxStreamBytesNchw) {
-            return cudaSuccess;
-        }
-        kernel = nhwc ? reinterpret_cast<void*>(&gnStreamNHWC<T, false>)
-                      : reinterpret_cast<void*>(&gnPersistentNCHW<T, true>);
-        e = cudaFuncGetAttributes(&fa, kernel);
-        if (e != cudaSuccess) return e;
-    }
-    const int64_t room = int64_t(dev.maxSmemOptin) - int64_t(fa.sharedSizeBytes) - a.tileOffset;
-    a.tileCap = std::min<int64_t>(chunk, room / (unitBytes * unitQuantum) * unitQuantum);
-    // Streaming NHWC: every block's tile holds tileCap pixels of the image's
-    // tail, the rest is the head (see headSplit).
-    if (nhwc && streaming) a.tileCap = std::min<int64_t>(a.tileCap, p.hw / a.blocksPer);
-    if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return cudaSuccess;
-    a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
-    if (a.log2Slices > 0) {  // four whole boxes of slicePieceLen rows (sliceCount checked the room)
-        a.pieceLen = slicePieceLen;
-        a.tileCap = kMaxPieces * slicePieceLen;
-    }
-    // Streaming NHWC where at least 3/4 of the image is head: its second read
-    // keeps the next batch in flight while the current one is activated
-    // (faster there; with less head it was no faster or slower).
-    if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
-        kernel = reinterpret_cast<void*>(&gnStreamNHWC<T, true>);
-    const int64_t smemBytes = a.tileOffset + a.tileCap * unitBytes;
-    if (describe != nullptr) {
-        *launched = true;
-        describe->path = streaming ? "streaming-grid" : "on-chip-grid";
-        describe->kernel = !nhwc ? "gnPersistentNCHW" : streaming ? "gnStreamNHWC" : "gnOnChipNHWC";
-        describe->vec = VEC;
-        describe->blocks = blocks;
-        describe->threads = nhwc ? kThreads : nchwThreads(streaming);
-        describe->slices = 1 << a.log2Slices;
-        describe->chunk = chunk;
-        return cudaSuccess;
-    }
-
+    // The planner asked tensorMapsAvailable(); an encoding that fails now is
+    // an error, not a reason to run something else.
+    if (a.log2Slices > 0 && !encodeSlicesMap(plan, &slicesMap)) return cudaErrorInvalidValue;
     // The attribute is the function's, for every thread: set to this call's
     // size, another thread's smaller one could land between it and this
     // launch, which would then fail. So every call sets the same value, all
     // that the device allows beside the static shared memory (>= smemBytes).
-    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             dev.maxSmemOptin - int(fa.sharedSizeBytes));
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, g.smemAttribute);
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(blocks), 1, 1);
-    cfg.blockDim = dim3(nhwc ? kThreads : nchwThreads(streaming), 1, 1);
-    cfg.dynamicSmemBytes = size_t(smemBytes);
+    cfg.gridDim = dim3(unsigned(plan.gridX), 1, 1);
+    cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
+    cfg.dynamicSmemBytes = g.smemBytes;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeCooperative;  // all blocks resident: the grid barrier is safe
     attr[0].val.cooperative = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    void* args[] = {&a, &plan, &slicesMap};  // gnOnChipNHWC takes all three, the others a only
-    if (!nhwc || streaming) args[1] = nullptr;
-    *launched = true;
-    return cudaLaunchKernelExC(&cfg, kernel, args);
-}
-
-}  // namespace
-
-cudaError_t tryLaunchPersistent(const Problem& p, const DeviceInfo& dev, void* workspace, size_t workspaceBytes,
-                                cudaStream_t stream, bool* launched, PlanInfo* describe) {
-    switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32:
-            return tryLaunchPersistentT<float>(p, dev, workspace, workspaceBytes, stream, launched, describe);
-        case TRTGN_DTYPE_FLOAT16:
-            return tryLaunchPersistentT<__half>(p, dev, workspace, workspaceBytes, stream, launched, describe);
-        case TRTGN_DTYPE_BFLOAT16:
-            return tryLaunchPersistentT<__nv_bfloat16>(p, dev, workspace, workspaceBytes, stream, launched, describe);
-    }
-    *launched = false;
-    return cudaSuccess;
+    const bool onChipNhwc = g.kernel == GridKernel::kOnChipNHWC || g.kernel == GridKernel::kOnChipNHWCTwoGroups;
+    void* onChipArgs[] = {&a, &onChip, &slicesMap};
+    void* otherArgs[] = {&a};
+    return cudaLaunchKernelExC(&cfg, kernel, onChipNhwc ? onChipArgs : otherArgs);
 }
 
 }  // namespace trtgn

@@ -28,61 +28,16 @@
 // reduces with xor shuffles.
 #include <cooperative_groups.h>
 
-#include <algorithm>
-#include <cmath>
-
 #include "group_norm_common.cuh"
-#include "group_norm_fused.h"
+#include "group_norm_hopper.cuh"
+#include "group_norm_launch.h"
 
 namespace cg = cooperative_groups;
 
 namespace trtgn {
 namespace {
 
-constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
-
-// At most 512 threads a block, so the compiler may give each thread up to 128
-// registers: the data (4 per 16-byte vector) plus per-element statistics.
-constexpr int kFusedMaxThreads = 512;
-constexpr int kMaxWarps = kFusedMaxThreads / 32;
-// Registers a thread needs, for the occupancy estimate of the planner.
-constexpr int fusedRegs(int vpt, bool nhwc) { return (nhwc ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwc ? 64 : 32) + 6 * vpt; }
-
-struct FusedArgs {
-    const void* x;
-    void* y;
-    const void* gamma;
-    const void* beta;
-    int64_t hw;        // pixels per image
-    int64_t cs;        // channel stride (NHWC)
-    int64_t units;     // NHWC: pixels (= hw); NCHW: vectors per group
-    int cpg;           // channels per group
-    int setChannels;   // NHWC: channels per set; NCHW: unused
-    int vs;            // NHWC: vectors per set
-    int vp;            // NHWC: lanes per pixel (power of two >= vs)
-    int R;             // NHWC: pixel rows per block; NCHW: threads
-    int K;             // blocks per cluster
-    int groupsPerN;    // NCHW: G; NHWC: sets per image
-    int c;             // channels
-    double invCount;   // 1 / elements per group
-    float eps;
-    int act;
-    bool affineFp32;
-    // gnFusedGroup (NHWC; log2S) and gnFusedSet2, set on the host so that
-    // no division precedes the loads:
-    int log2K;            // K = 1 << log2K
-    int log2S;            // 1 << log2S blocks a group, each writing its share (splitPlan); K == 1
-    int rowMagic;         // ceil(65536 / lanes a unit): tid / lanes = tid * rowMagic >> 16 for tid < 512
-    int64_t imageStride;  // elements from one image to the next
-    int64_t unitStep;     // elements from a thread's vector to its next (R pixels)
-    int exact;            // K * R * VPT == units: every vector in range (loads of NHWC gnFusedGroup, gnFusedSet2)
-    // NHWC gnFusedGroup only, 32-bit (the host launches it for tensors of
-    // under 2^31 elements):
-    uint32_t imageStride32;  // imageStride
-    uint32_t unitStep32;     // unitStep
-    uint32_t rankStep32;     // VPT * R * cs: from one cluster rank's pixels to the next
-    uint32_t rowSkip32;      // cs - lanes * VEC: a row's step beyond its lanes' vectors
-};
+constexpr int kMaxWarps = kClusterMaxThreads / 32;
 
 __device__ __forceinline__ int clusterRank(int K) {
 #if __CUDA_ARCH__ >= 900
@@ -94,14 +49,10 @@ __device__ __forceinline__ int clusterRank(int K) {
 // A block may not exit while others still read its shared memory: arrive
 // after the last remote read, wait just before exiting.
 __device__ __forceinline__ void clusterArrive(int K) {
-#if __CUDA_ARCH__ >= 900
-    if (K > 1) asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
+    if (K > 1) clusterArriveRelease();
 }
 __device__ __forceinline__ void clusterWait(int K) {
-#if __CUDA_ARCH__ >= 900
-    if (K > 1) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
+    if (K > 1) clusterWaitAcquire();
 }
 
 // Sum of the pairs p[e * stride] (the blocks' double2 totals), e < n <= 16,
@@ -165,30 +116,19 @@ __device__ __forceinline__ double2 sumWarpEntries(const float2* p, int stride) {
 // MEMBAR.ALL.GPU, was slower.) The warps' sums (at most 16 a slot) are added
 // in fp32 and the total goes to double once: a sum as short as the shuffle
 // trees that made each of them (adding in double was slower).
-constexpr int kMaxK = 8;  // blocks a cluster
-
-#if __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smemAddr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-#endif
-
 // Every thread calls this once, right after issuing its loads: a block may
 // write into another's shared memory only once that block has started and
 // set up its mbarrier, and exchangeSums waits for this arrival first. The
 // mbarrier expects the K * count entries (16 bytes each) the cluster sends.
 __device__ __forceinline__ void clusterArriveStarted(int K, int count, uint64_t* bar) {
-#if __CUDA_ARCH__ >= 900
     if (K > 1) {
         if (threadIdx.x == 0) {
-            asm volatile(
-                "mbarrier.init.shared::cta.b64 [%0], 1;\n"
-                "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                "fence.mbarrier_init.release.cluster;\n" ::"r"(smemAddr(bar)),
-                "r"(uint32_t(K * count * 16))
-                : "memory");
+            mbarInit(bar, 1);
+            mbarArriveExpectTx(bar, uint32_t(K * count * 16));
+            fenceBarrierInit();
         }
-        asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+        clusterArriveRelaxed();
     }
-#endif
 }
 
 // Lane i < count of each warp holds the warp's fp32 sums of slot i in
@@ -213,26 +153,11 @@ __device__ __forceinline__ int exchangeSums(float2 mine, int count, int K, int r
     __syncthreads();
 #if __CUDA_ARCH__ >= 900
     if (K > 1) {
-        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");  // every block has started
+        clusterWaitAll();  // every block has started
         for (int i = warp; i < count; i += numWarps) {
-            if (lane < K) {
-                const double2 s = sumWarpEntries(red + i, count);  // the block's total
-                uint32_t dst, remoteBar;
-                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(dst) : "r"(smemAddr(table + rank * count + i)), "r"(lane));
-                asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remoteBar) : "r"(smemAddr(bar)), "r"(lane));
-                asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];" ::"r"(dst),
-                             "d"(s.x), "d"(s.y), "r"(remoteBar)
-                             : "memory");
-            }
+            if (lane < K) stAsyncRemote(table + rank * count + i, bar, uint32_t(lane), sumWarpEntries(red + i, count));
         }
-        asm volatile(
-            "{\n"
-            ".reg .pred done;\n"
-            "WAIT_%=:\n"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
-            "@!done bra WAIT_%=;\n"
-            "}\n" ::"r"(smemAddr(bar))
-            : "memory");
+        mbarWaitCluster(bar, 0);
         return K;
     }
 #endif
@@ -257,7 +182,7 @@ __device__ __forceinline__ float4 slotStats(const float2* red, const double2* ta
 // statistics) and leaves stat[i] = finishStats(...) with shift kS[i]. Every
 // thread of the block calls this.
 __device__ __forceinline__ void clusterFinish(double2* part, float4* stat, const float* kS, int count,
-                                              const FusedArgs& a) {
+                                              const ClusterArgs& a) {
     const int K = a.K;
 #if __CUDA_ARCH__ >= 900
     if (K > 1) {
@@ -339,7 +264,7 @@ __device__ __forceinline__ void loadAffineVec(const void* p, int64_t c0, bool fp
 // ---------------------------------------------------------------- NHWC ----
 
 template <typename T, int VPT>
-__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedNHWC(FusedArgs a) {
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a) {
     constexpr int VEC = kVec16<T>;
     __shared__ float2 red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
     __shared__ double2 part[VEC];  // this block's sums per group of the set (<= VEC groups)
@@ -452,7 +377,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads) gnFusedNHWC(FusedArgs a) {
 // (lo for e < split, hi after) and it keeps two pairs of scalar sums. No idle
 // lanes, and consecutive threads read consecutive memory.
 template <typename T, int VPT>
-__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedSet2(FusedArgs a) {
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a) {
     constexpr int VEC = kVec16<T>;
     __shared__ __align__(16) float2 red[kMaxWarps * VEC];  // see exchangeSums
     __shared__ double2 table[kMaxK * VEC];
@@ -563,7 +488,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads) gnFusedSet2(FusedArgs a) {
 // t % lanes of units t / lanes, t / lanes + rows, ... (consecutive threads
 // read consecutive memory in both layouts).
 template <typename T, int VPT, bool NHWC, int VB = 16>
-__global__ void __launch_bounds__(kFusedMaxThreads) gnFusedGroup(FusedArgs a) {
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a) {
     static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
     constexpr int VEC = VB / int(sizeof(T));
     __shared__ __align__(16) float2 red[kMaxWarps];  // see exchangeSums
@@ -578,7 +503,7 @@ __global__ void __launch_bounds__(kFusedMaxThreads) gnFusedGroup(FusedArgs a) {
     const int K = a.K;
     const int rank = clusterRank(K);
     // NHWC only (log2S is 0 for NCHW): vectors i with i % S == part are
-    // this block's to write (splitPlan).
+    // this block's to write (the planner's splitShape).
     const int sMask = (1 << a.log2S) - 1;
     const int part = blockIdx.x & sMask;
     // Lambdas capture locals by value: capturing `a` by reference made NVVM
@@ -719,132 +644,10 @@ __global__ void __launch_bounds__(kFusedMaxThreads) gnFusedGroup(FusedArgs a) {
     }
 }
 
-// ------------------------------------------------------------ planning ----
-
-struct FusedPlan {
-    bool ok = false;
-    int K = 0, vpt = 0, R = 0, threads = 0;
-    int S = 1;  // blocks a group (K == 1): splitPlan
-    double cost = 0;  // the estimate below, in units of about 1 ns
-};
-
-// The kernel a plan is for; each prices a vector and a cluster its own way.
-enum class PlanKind {
-    kNHWCGroup,   // gnFusedGroup, NHWC, whole 16-byte vectors of one group a pixel
-    kNHWCSet,     // gnFusedSet2 / gnFusedNHWC: sets of groups, per-element statistics
-    kNCHW,        // gnFusedGroup, NCHW
-    kNHWCNarrow,  // gnFusedGroup, NHWC, one group a pixel in 4- or 8-byte vectors
-};
-
-// Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
-// block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
-// by an estimate of the time. Its terms: a fixed cost per wave; per vector a
-// thread holds, its unrolled code (fetched anew on each launch, so code
-// length costs time: see README) and, NCHW, a division (gone since the fit:
-// see ChannelWalk) and two affine loads a vector; the data the busiest SM
-// holds; threads a block (barriers over more warps) and threads the busiest
-// SM runs (more warps queue for the same memory and barriers); a cluster's
-// barrier and distributed-shared-memory stores, growing with K. The
-// constants are fitted to a sweep of every (K, VPT) plan, together with
-// kFusedOverGridCost (group_norm_fused.h).
-// Narrow plans (kNHWCNarrow) have their own cost a vector and a cluster,
-// fitted to a sweep of their own plans: their best is mostly clusters of 2
-// for two images, which the other kinds' constants price too high.
-FusedPlan planFused(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, PlanKind kind, int minK = 1) {
-    const bool narrow = kind == PlanKind::kNHWCNarrow;
-    const double perVector = kind == PlanKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
-    const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
-    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
-    FusedPlan best;
-    int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
-    while (l % 2 == 0 && g32 > 1) {
-        l /= 2;
-        g32 /= 2;
-    }
-    const int64_t rowQuantum = g32;  // 32 / gcd(lanes, 32)
-    for (int K = minK; K <= maxK; K *= 2) {
-        for (int vpt : kVptChoices) {
-            if (vpt < minVpt || vpt > maxVpt) continue;
-            const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
-            const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
-            const int64_t threads = R * lanes;
-            if (threads > kFusedMaxThreads) continue;
-            if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
-            const int64_t regs = fusedRegs(vpt, kind == PlanKind::kNHWCSet);
-            const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
-            // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
-            // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
-            const int64_t slots = int64_t(numSMs) * bps;
-            const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
-            const int64_t waves = ceilDiv(clusters, concurrent);
-            const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
-            const double perWave = 2000.0 + perVector * vpt + 0.03 * double(busy * threads * vpt) +
-                                   2.8 * double(threads) + 1.0 * double(busy * threads);
-            const double cost = double(waves) * perWave + (K > 1 ? perCluster : 0.0) + perLog2K * std::log2(double(K));
-            if (!best.ok || cost < best.cost) {
-                best.ok = true;
-                best.K = K;
-                best.vpt = vpt;
-                best.R = int(R);
-                best.threads = int(threads);
-                best.cost = cost;
-            }
-        }
-    }
-    return best;
-}
-
-// A plan of single blocks (K = 1) that leaves more than half the SMs idle
-// (64 groups, say) runs two blocks a group instead: each loads and sums the
-// whole group (the second block's read is served by L2) and writes every
-// other vector of its threads (log2S). No exchange between blocks, and half
-// the writes, with their SiLU, an SM. Where a thread would hold 4 or more
-// vectors, the block takes twice the threads with half the vectors each.
-// NHWC groups of whole 16-byte vectors (gnFusedGroup), Hopper: where it was
-// measured faster. Not for the 8-byte groups (slower) nor NCHW, whose
-// one-block plans hold one vector a thread.
-FusedPlan splitPlan(FusedPlan plan, int64_t clusters, const DeviceInfo& dev) {
-    if (!plan.ok || plan.K != 1 || !dev.hopperCode || 2 * clusters > dev.numSMs || plan.vpt < 2) return plan;
-    plan.S = 2;
-    if (plan.vpt >= 4 && 2 * plan.threads <= kFusedMaxThreads) {
-        plan.vpt /= 2;
-        plan.R *= 2;
-        plan.threads *= 2;
-    }
-    return plan;
-}
+// ------------------------------------------------------------- launch ----
 
 template <typename T, template <typename, int> class Kernel, bool kWith32 = false>
-void* pickKernel(int vpt);
-
-template <typename T, int VPT>
-struct NHWCKernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedNHWC<T, VPT>); }
-};
-template <typename T, int VPT>
-struct NCHWKernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, false>); }
-};
-template <typename T, int VPT>
-struct NHWCSet2Kernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedSet2<T, VPT>); }
-};
-template <typename T, int VPT>
-struct NHWCGroupKernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true>); }
-};
-
-template <typename T, int VPT>
-struct NHWCGroup4Kernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true, 4>); }
-};
-template <typename T, int VPT>
-struct NHWCGroup8Kernel {
-    static void* get() { return reinterpret_cast<void*>(&gnFusedGroup<T, VPT, true, 8>); }
-};
-
-template <typename T, template <typename, int> class Kernel, bool kWith32>
-void* pickKernel(int vpt) {
+const void* pickKernel(int vpt) {
     if constexpr (kWith32) {
         if (vpt == 32) return Kernel<T, 32>::get();
     }
@@ -857,203 +660,59 @@ void* pickKernel(int vpt) {
     }
 }
 
-int64_t gcd64(int64_t a, int64_t b) {
-    while (b) {
-        const int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
+#define TRTGN_CLUSTER_KERNEL(Name, ...)                                                   \
+    template <typename T, int VPT>                                                        \
+    struct Name {                                                                         \
+        static const void* get() { return reinterpret_cast<const void*>(&__VA_ARGS__); } \
+    };
+TRTGN_CLUSTER_KERNEL(SetNHWCKernel, gnFusedNHWC<T, VPT>)
+TRTGN_CLUSTER_KERNEL(Set2Kernel, gnFusedSet2<T, VPT>)
+TRTGN_CLUSTER_KERNEL(GroupNCHWKernel, gnFusedGroup<T, VPT, false>)
+TRTGN_CLUSTER_KERNEL(GroupNHWCKernel, gnFusedGroup<T, VPT, true>)
+TRTGN_CLUSTER_KERNEL(GroupNHWC8Kernel, gnFusedGroup<T, VPT, true, 8>)
+TRTGN_CLUSTER_KERNEL(GroupNHWC4Kernel, gnFusedGroup<T, VPT, true, 4>)
+#undef TRTGN_CLUSTER_KERNEL
 
 template <typename T>
-cudaError_t tryLaunchFusedT(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched,
-                            PlanInfo* describe) {
-    constexpr int VEC = kVec16<T>;
-    *launched = false;
-    const int maxK = dev.hopperCode ? 8 : 1;  // thread-block clusters need Hopper
-    FusedArgs a{};
-    a.x = p.x;
-    a.y = p.y;
-    a.gamma = p.gamma;
-    a.beta = p.beta;
-    a.hw = p.hw;
-    a.cs = p.cs;
-    a.cpg = int(p.cpg);
-    a.c = int(p.c);
-    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
-    a.eps = p.eps;
-    a.act = int(p.act);
-    a.affineFp32 = p.affineFp32;
-    if (p.n > 65535 || p.c > (int64_t(1) << 30)) return cudaSuccess;
-    FusedPlan plan;
-    void* kernel = nullptr;
-    const char* kernelName = "";
-    // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
-    // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
-    // sector an SM fetches belongs to another cluster. Such sets are doubled
-    // (two vectors, gnFusedSet2, at most VEC groups a set); priced as doubled
-    // sets, the larger tensors go to the on-chip grid instead.
-    const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
-    const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
-                       pairSet / p.cpg <= VEC;
-    // NHWC groups whose channels fill no whole 16-byte vector a pixel but
-    // whole 8-byte ones (C/G = 12, 20, 60 halves; 10 floats), or at least 8
-    // 4-byte ones (C/G = 30 halves): one group a cluster, read in 8- or
-    // 4-byte vectors, instead of the sets below (several groups a cluster,
-    // fewer and larger clusters), which were slower. Not with 5 lanes of 4
-    // bytes (C/G = 10 halves: 20 bytes a pixel): slower than the sets or the
-    // grid there.
-    const int64_t groupBytes = p.cpg * int64_t(sizeof(T));
-    const int narrowBytes = groupBytes % 8 == 0 ? 8 : 4;
-    const int64_t narrowLanes = groupBytes / narrowBytes;
-    const bool narrowGroups = p.layout == TRTGN_LAYOUT_NHWC && groupBytes % 16 != 0 && groupBytes % 4 == 0 &&
-                              narrowLanes <= 32 &&
-                              (narrowBytes == 8 ? narrowLanes >= 2 : sizeof(T) == 2 && narrowLanes >= 8);
-    // Where they have no plan under maxCost, the sets below are tried.
-    if (narrowGroups)
-        plan = planFused(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCNarrow);
-    // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
-    // images) take another path.
-    const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
-    int groupVec = VEC;  // elements a vector of the NHWC gnFusedGroup picked
-    if (narrowGroups && plan.ok && plan.cost < maxCost) {
-        if (!fits32) return cudaSuccess;
-        groupVec = narrowBytes / int(sizeof(T));
-        a.vs = int(narrowLanes);
-        a.groupsPerN = int(p.groups);
-        a.units = p.hw;
-        kernelName = narrowBytes == 4 ? "gnFusedGroup<NHWC,4-byte>" : "gnFusedGroup<NHWC,8-byte>";
-        if constexpr (sizeof(T) == 2) {
-            kernel = narrowBytes == 4 ? pickKernel<T, NHWCGroup4Kernel, true>(plan.vpt)
-                                      : pickKernel<T, NHWCGroup8Kernel, true>(plan.vpt);
-        } else {
-            kernel = pickKernel<T, NHWCGroup8Kernel, true>(plan.vpt);
-        }
-    } else if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
-        // Whole vectors per group: one group a cluster, scalar sums.
-        const int64_t vs = p.cpg / VEC;
-        plan = planFused(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, PlanKind::kNHWCGroup);
-        if (!plan.ok || plan.cost >= maxCost || !fits32) return cudaSuccess;
-        plan = splitPlan(plan, p.n * p.groups, dev);
-        a.vs = int(vs);
-        a.groupsPerN = int(p.groups);
-        a.units = p.hw;
-        kernel = pickKernel<T, NHWCGroupKernel>(plan.vpt);
-        kernelName = "gnFusedGroup<NHWC>";
-    } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
-        const int64_t setChannels = widen ? pairSet : p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
-        const int64_t vs = setChannels / VEC;
-        if (vs > 32) return cudaSuccess;
-        const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, PlanKind::kNHWCSet);
-        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
-        a.setChannels = int(setChannels);
-        a.vs = int(vs);
-        a.groupsPerN = int(sets);
-        a.units = p.hw;
-        kernel = pickKernel<T, NHWCSet2Kernel>(plan.vpt);
-        kernelName = "gnFusedSet2";
-    } else if (p.layout == TRTGN_LAYOUT_NHWC) {
-        // This kernel wins on small tensors and loses to the two-pass kernels
-        // on large ones, where its wide per-thread state costs more than a
-        // second read from L2.
-        constexpr double kMaxBytes = 8.0 * (1 << 20);
-        if (double(p.n) * double(p.hw) * double(p.c) * sizeof(T) > kMaxBytes) return cudaSuccess;
-        const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
-        const int64_t vs = setChannels / VEC;
-        if (vs > 32) return cudaSuccess;
-        int vp = 1;
-        while (vp < vs) vp <<= 1;
-        const int64_t sets = p.c / setChannels;
-        plan = planFused(p.hw, vp, p.n * sets, dev.numSMs, maxK, PlanKind::kNHWCSet);
-        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
-        a.setChannels = int(setChannels);
-        a.vs = int(vs);
-        a.vp = vp;
-        a.groupsPerN = int(sets);
-        a.units = p.hw;
-        kernel = pickKernel<T, NHWCKernel>(plan.vpt);
-        kernelName = "gnFusedNHWC";
-    } else {
-        const int64_t units = p.cpg * p.hw / VEC;
-        const int64_t clusters = p.n * p.groups;
-        plan = planFused(units, 1, clusters, dev.numSMs, maxK, PlanKind::kNCHW);
-        if (!plan.ok || plan.cost >= maxCost) return cudaSuccess;
-        // Where clusters of 2 put one block on each of at least half the SMs
-        // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
-        // fastest on them, which the estimate, preferring clusters of 4-8 (2-4
-        // blocks an SM), misses. Not for groups under 512 vectors nor fp32
-        // (slower there).
-        if (sizeof(T) == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
-            const FusedPlan pairs = planFused(units, 1, clusters, dev.numSMs, 2, PlanKind::kNCHW, 2);
-            if (pairs.ok) plan = pairs;
-        }
-        a.groupsPerN = int(p.groups);
-        a.units = units;
-        kernel = pickKernel<T, NCHWKernel>(plan.vpt);
-        kernelName = "gnFusedGroup<NCHW>";
+const void* clusterKernel(ClusterKernel k, int vpt) {
+    switch (k) {
+        case ClusterKernel::kGroupNCHW: return pickKernel<T, GroupNCHWKernel>(vpt);
+        case ClusterKernel::kGroupNHWC: return pickKernel<T, GroupNHWCKernel>(vpt);
+        case ClusterKernel::kGroupNHWC8Byte: return pickKernel<T, GroupNHWC8Kernel, true>(vpt);
+        case ClusterKernel::kGroupNHWC4Byte:
+            if constexpr (sizeof(T) == 2) return pickKernel<T, GroupNHWC4Kernel, true>(vpt);
+            return nullptr;  // 4-byte vectors hold whole fp32 values only in pairs: never planned
+        case ClusterKernel::kSet2: return pickKernel<T, Set2Kernel>(vpt);
+        case ClusterKernel::kSetNHWC: return pickKernel<T, SetNHWCKernel>(vpt);
     }
-    a.R = plan.R;
-    a.K = plan.K;
-    a.log2K = 0;
-    while ((1 << a.log2K) < plan.K) ++a.log2K;
-    a.log2S = plan.S == 2 ? 1 : 0;
-    {
-        const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
-        const int lanes = nhwc ? a.vs : 1;
-        a.rowMagic = (65536 + lanes - 1) / lanes;
-        a.imageStride = nhwc ? p.hw * p.cs : p.c * p.hw;
-        a.unitStep = int64_t(plan.R) * (nhwc ? p.cs : VEC);
-        a.exact = int64_t(plan.K) * plan.R * plan.vpt == a.units;
-        a.imageStride32 = uint32_t(a.imageStride);
-        a.unitStep32 = uint32_t(a.unitStep);
-        a.rankStep32 = uint32_t(int64_t(plan.vpt) * plan.R * p.cs);
-        a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
-    }
+    return nullptr;
+}
 
+}  // namespace
+
+cudaError_t launchClusters(const Plan& plan, cudaStream_t stream) {
+    const ClusterPlan& c = plan.clusters;
+    const trtgn_dtype_t dtype = plan.problem.dtype;
+    const void* kernel = dtype == TRTGN_DTYPE_FLOAT32   ? clusterKernel<float>(c.kernel, c.vpt)
+                         : dtype == TRTGN_DTYPE_FLOAT16 ? clusterKernel<__half>(c.kernel, c.vpt)
+                                                        : clusterKernel<__nv_bfloat16>(c.kernel, c.vpt);
+    if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(int64_t(a.groupsPerN) * plan.K * plan.S), unsigned(p.n), 1);
+    cfg.gridDim = dim3(unsigned(plan.gridX), unsigned(plan.gridY), 1);
     cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
-    cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
-    if (plan.K > 1) {
+    if (plan.cluster > 1) {
         attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = unsigned(plan.K);
+        attr[0].val.clusterDim.x = unsigned(plan.cluster);
         attr[0].val.clusterDim.y = 1;
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
+    ClusterArgs a = c.args;
     void* args[] = {&a};
-    *launched = true;
-    if (describe != nullptr) {
-        describe->path = "clusters";
-        describe->kernel = kernelName;
-        describe->vec = groupVec;
-        describe->blocks = int64_t(cfg.gridDim.x) * cfg.gridDim.y;
-        describe->threads = plan.threads;
-        describe->cluster = plan.K;
-        describe->split = plan.S;
-        describe->vpt = plan.vpt;
-        return cudaSuccess;
-    }
     return cudaLaunchKernelExC(&cfg, kernel, args);
-}
-
-}  // namespace
-
-cudaError_t tryLaunchFused(const Problem& p, const DeviceInfo& dev, double maxCost, cudaStream_t stream, bool* launched,
-                           PlanInfo* describe) {
-    switch (p.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return tryLaunchFusedT<float>(p, dev, maxCost, stream, launched, describe);
-        case TRTGN_DTYPE_FLOAT16: return tryLaunchFusedT<__half>(p, dev, maxCost, stream, launched, describe);
-        case TRTGN_DTYPE_BFLOAT16:
-            return tryLaunchFusedT<__nv_bfloat16>(p, dev, maxCost, stream, launched, describe);
-    }
-    *launched = false;
-    return cudaSuccess;
 }
 
 }  // namespace trtgn

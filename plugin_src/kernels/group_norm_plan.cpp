@@ -1,0 +1,628 @@
+// The planner (see group_norm_plan.h): the order of the paths, and for each
+// the rule that says whether it takes a problem and with which launch. The
+// kernels these plans are for: group_norm_cluster.cu, group_norm_grid.cu,
+// group_norm_two_pass.cu; the design and its measurements: README.md.
+#include "group_norm_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace trtgn {
+namespace {
+
+int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
+
+// The 16-byte vector paths (clusters, grid) need aligned pointers and, NHWC,
+// whole vectors a pixel (C and the channel stride), NCHW whole vectors a
+// channel (H * W).
+bool hasVectors(const Problem& p) {
+    const int vec = 16 / elementBytes(p.dtype);
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    return p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
+}
+
+// The problem's pointers and scalars, the same in every path's arguments.
+template <typename Args>
+Args argsOf(const Problem& p) {
+    Args a{};
+    a.x = p.x;
+    a.y = p.y;
+    a.gamma = p.gamma;
+    a.beta = p.beta;
+    a.eps = p.eps;
+    a.act = int(p.act);
+    a.affineFp32 = p.affineFp32;
+    return a;
+}
+
+int64_t gcd64(int64_t a, int64_t b) {
+    while (b) {
+        const int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+// ---------------------------------------------------------- clusters ----
+
+constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
+// Registers a thread needs, for the occupancy estimate of the cost model.
+constexpr int clusterRegs(int vpt, bool nhwcSets) {
+    return (nhwcSets ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwcSets ? 64 : 32) + 6 * vpt;
+}
+
+struct ClusterShape {
+    bool ok = false;
+    int K = 0, vpt = 0, R = 0, threads = 0;
+    int S = 1;        // blocks a group (K == 1): splitShape
+    double cost = 0;  // the estimate below, in units of about 1 ns
+};
+
+// The kernel a shape is for; each prices a vector and a cluster its own way.
+enum class CostKind {
+    kNHWCGroup,   // gnFusedGroup, NHWC, whole 16-byte vectors of one group a pixel
+    kNHWCSet,     // gnFusedSet2 / gnFusedNHWC: sets of groups, per-element statistics
+    kNCHW,        // gnFusedGroup, NCHW
+    kNHWCNarrow,  // gnFusedGroup, NHWC, one group a pixel in 4- or 8-byte vectors
+};
+
+// Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
+// block (R; a block has R * lanes threads) so that `units` fit in K*R*VPT,
+// by an estimate of the time. Its terms: a fixed cost per wave; per vector a
+// thread holds, its unrolled code (fetched anew on each launch, so code
+// length costs time) and, NCHW, two affine loads a vector; the data the
+// busiest SM holds; threads a block (barriers over more warps) and threads
+// the busiest SM runs (more warps queue for the same memory and barriers); a
+// cluster's barrier and distributed-shared-memory stores, growing with K.
+// The constants are fitted to a sweep of every (K, VPT) plan, together with
+// kClustersOverGridCost. Narrow shapes have their own cost a vector and a
+// cluster, fitted to their own sweep: their best is mostly clusters of 2
+// for two images, which the other kinds' constants price too high.
+ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, CostKind kind,
+                          int minK = 1) {
+    const bool narrow = kind == CostKind::kNHWCNarrow;
+    const double perVector = kind == CostKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
+    const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
+    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
+    ClusterShape best;
+    int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
+    while (l % 2 == 0 && g32 > 1) {
+        l /= 2;
+        g32 /= 2;
+    }
+    const int64_t rowQuantum = g32;  // 32 / gcd(lanes, 32)
+    for (int K = minK; K <= maxK; K *= 2) {
+        for (int vpt : kVptChoices) {
+            if (vpt < minVpt || vpt > maxVpt) continue;
+            const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
+            const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
+            const int64_t threads = R * lanes;
+            if (threads > kClusterMaxThreads) continue;
+            if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
+            const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet);
+            const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
+            // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
+            // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
+            const int64_t slots = int64_t(numSMs) * bps;
+            const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
+            const int64_t waves = ceilDiv(clusters, concurrent);
+            const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
+            const double perWave = 2000.0 + perVector * vpt + 0.03 * double(busy * threads * vpt) +
+                                   2.8 * double(threads) + 1.0 * double(busy * threads);
+            const double cost = double(waves) * perWave + (K > 1 ? perCluster : 0.0) + perLog2K * std::log2(double(K));
+            if (!best.ok || cost < best.cost) {
+                best.ok = true;
+                best.K = K;
+                best.vpt = vpt;
+                best.R = int(R);
+                best.threads = int(threads);
+                best.cost = cost;
+            }
+        }
+    }
+    return best;
+}
+
+// A shape of single blocks (K = 1) that leaves more than half the SMs idle
+// (64 groups, say) runs two blocks a group instead: each loads and sums the
+// whole group (the second block's read is served by L2) and writes every
+// other vector of its threads (log2S). No exchange between blocks, and half
+// the writes, with their SiLU, an SM. Where a thread would hold 4 or more
+// vectors, the block takes twice the threads with half the vectors each.
+// NHWC groups of whole 16-byte vectors (gnFusedGroup), Hopper: where it was
+// measured faster. Not for the 8-byte groups (slower) nor NCHW, whose
+// one-block shapes hold one vector a thread.
+ClusterShape splitShape(ClusterShape s, int64_t clusters, const Device& dev) {
+    if (!s.ok || s.K != 1 || !dev.hopperCode || 2 * clusters > dev.numSMs || s.vpt < 2) return s;
+    s.S = 2;
+    if (s.vpt >= 4 && 2 * s.threads <= kClusterMaxThreads) {
+        s.vpt /= 2;
+        s.R *= 2;
+        s.threads *= 2;
+    }
+    return s;
+}
+
+// Clusters, where a shape's estimated cost is under maxCost. Kernels:
+// - gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, and NHWC
+//   where C/G is a multiple of the vector, 16 bytes or, for groups of 12,
+//   20, 30 or 60 halves a pixel, 8 or 4 bytes;
+// - gnFusedSet2, NHWC where a 16-byte vector spans at most two groups;
+// - gnFusedNHWC, any other NHWC: a "set" is lcm(C/G, VEC) channels.
+bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out) {
+    const int eb = elementBytes(p.dtype);
+    const int VEC = 16 / eb;
+    const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
+    if (p.n > 65535 || p.c > (int64_t(1) << 30)) return false;
+    ClusterArgs a = argsOf<ClusterArgs>(p);
+    a.hw = p.hw;
+    a.cs = p.cs;
+    a.cpg = int(p.cpg);
+    a.c = int(p.c);
+    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
+    ClusterShape s;
+    ClusterKernel kernel = ClusterKernel::kGroupNCHW;
+    const char* name = "";
+    // NHWC sets of one 16-byte vector a pixel (C/G = 8 or 4 in 16 bits, 4 or
+    // 2 in fp32) are read as 16-byte pieces C apart, so half of every 32-byte
+    // sector an SM fetches belongs to another cluster. Such sets are doubled
+    // (two vectors, gnFusedSet2, at most VEC groups a set); priced as doubled
+    // sets, the larger tensors go to the on-chip grid instead.
+    const int64_t pairSet = 2 * (p.cpg / gcd64(p.cpg, VEC) * VEC);  // two sets of lcm(cpg, VEC) channels
+    const bool widen = p.layout == TRTGN_LAYOUT_NHWC && pairSet / VEC == 2 && p.c % pairSet == 0 &&
+                       pairSet / p.cpg <= VEC;
+    // NHWC groups whose channels fill no whole 16-byte vector a pixel but
+    // whole 8-byte ones (C/G = 12, 20, 60 halves; 10 floats), or at least 8
+    // 4-byte ones (C/G = 30 halves): one group a cluster, read in 8- or
+    // 4-byte vectors, instead of the sets below (several groups a cluster,
+    // fewer and larger clusters), which were slower. Not with 5 lanes of 4
+    // bytes (C/G = 10 halves): slower than the sets or the grid there.
+    const int64_t groupBytes = p.cpg * eb;
+    const int narrowBytes = groupBytes % 8 == 0 ? 8 : 4;
+    const int64_t narrowLanes = groupBytes / narrowBytes;
+    const bool narrowGroups = p.layout == TRTGN_LAYOUT_NHWC && groupBytes % 16 != 0 && groupBytes % 4 == 0 &&
+                              narrowLanes <= 32 && (narrowBytes == 8 ? narrowLanes >= 2 : eb == 2 && narrowLanes >= 8);
+    // Where they have no shape under maxCost, the sets below are tried.
+    if (narrowGroups) s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow);
+    // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
+    // images) take another path.
+    const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
+    int groupVec = VEC;  // elements a vector of the NHWC gnFusedGroup picked
+    if (narrowGroups && s.ok && s.cost < maxCost) {
+        if (!fits32) return false;
+        groupVec = narrowBytes / eb;
+        a.vs = int(narrowLanes);
+        a.groupsPerN = int(p.groups);
+        a.units = p.hw;
+        kernel = narrowBytes == 4 ? ClusterKernel::kGroupNHWC4Byte : ClusterKernel::kGroupNHWC8Byte;
+        name = narrowBytes == 4 ? "gnFusedGroup<NHWC,4-byte>" : "gnFusedGroup<NHWC,8-byte>";
+    } else if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
+        // Whole vectors per group: one group a cluster, scalar sums.
+        const int64_t vs = p.cpg / VEC;
+        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCGroup);
+        if (!s.ok || s.cost >= maxCost || !fits32) return false;
+        s = splitShape(s, p.n * p.groups, dev);
+        a.vs = int(vs);
+        a.groupsPerN = int(p.groups);
+        a.units = p.hw;
+        kernel = ClusterKernel::kGroupNHWC;
+        name = "gnFusedGroup<NHWC>";
+    } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
+        const int64_t setChannels = widen ? pairSet : p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
+        const int64_t vs = setChannels / VEC;
+        if (vs > 32) return false;
+        const int64_t sets = p.c / setChannels;
+        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        if (!s.ok || s.cost >= maxCost) return false;
+        a.setChannels = int(setChannels);
+        a.vs = int(vs);
+        a.groupsPerN = int(sets);
+        a.units = p.hw;
+        kernel = ClusterKernel::kSet2;
+        name = "gnFusedSet2";
+    } else if (p.layout == TRTGN_LAYOUT_NHWC) {
+        // This kernel wins on small tensors and loses to the two-pass kernels
+        // on large ones, where its wide per-thread state costs more than a
+        // second read from L2.
+        constexpr double kMaxBytes = 8.0 * (1 << 20);
+        if (double(p.n) * double(p.hw) * double(p.c) * eb > kMaxBytes) return false;
+        const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
+        const int64_t vs = setChannels / VEC;
+        if (vs > 32) return false;
+        int vp = 1;
+        while (vp < vs) vp <<= 1;
+        const int64_t sets = p.c / setChannels;
+        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        if (!s.ok || s.cost >= maxCost) return false;
+        a.setChannels = int(setChannels);
+        a.vs = int(vs);
+        a.vp = vp;
+        a.groupsPerN = int(sets);
+        a.units = p.hw;
+        kernel = ClusterKernel::kSetNHWC;
+        name = "gnFusedNHWC";
+    } else {
+        const int64_t units = p.cpg * p.hw / VEC;
+        const int64_t clusters = p.n * p.groups;
+        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, CostKind::kNCHW);
+        if (!s.ok || s.cost >= maxCost) return false;
+        // Where clusters of 2 put one block on each of at least half the SMs
+        // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
+        // fastest on them, which the estimate, preferring clusters of 4-8 (2-4
+        // blocks an SM), misses. Not for groups under 512 vectors nor fp32
+        // (slower there).
+        if (eb == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
+            const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, 2);
+            if (pairs.ok) s = pairs;
+        }
+        a.groupsPerN = int(p.groups);
+        a.units = units;
+        kernel = ClusterKernel::kGroupNCHW;
+        name = "gnFusedGroup<NCHW>";
+    }
+    a.R = s.R;
+    a.K = s.K;
+    a.log2K = 0;
+    while ((1 << a.log2K) < s.K) ++a.log2K;
+    a.log2S = s.S == 2 ? 1 : 0;
+    const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+    const int lanes = nhwc ? a.vs : 1;
+    a.rowMagic = (65536 + lanes - 1) / lanes;
+    a.imageStride = nhwc ? p.hw * p.cs : p.c * p.hw;
+    a.unitStep = int64_t(s.R) * (nhwc ? p.cs : VEC);
+    a.exact = int64_t(s.K) * s.R * s.vpt == a.units;
+    a.imageStride32 = uint32_t(a.imageStride);
+    a.unitStep32 = uint32_t(a.unitStep);
+    a.rankStep32 = uint32_t(int64_t(s.vpt) * s.R * p.cs);
+    a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
+
+    Plan& q = *out;
+    q.path = Path::kClusters;
+    q.kernel = name;
+    q.vec = groupVec;
+    q.gridX = int64_t(a.groupsPerN) * s.K * s.S;
+    q.gridY = p.n;
+    q.threads = s.threads;
+    q.cluster = s.K;
+    q.split = s.S;
+    q.vpt = s.vpt;
+    q.workspace = 0;
+    q.clusters = ClusterPlan{kernel, s.vpt, a};
+    return true;
+}
+
+// --------------------------------------------------------------- grid ----
+
+// Channel slices of the on-chip NHWC grid. A block holds the pixels of one
+// slice of an image's channels (whole groups) instead of whole pixels,
+// gathered by 2-D bulk copies (cp.async.bulk.tensor, one a piece): its sums
+// are of a few groups, and after the grid barrier it reads its slice's
+// groups' partials, from 1/slices of the blocks. The rule takes the most
+// slices of 64-128 channels whose rows are whole 32-byte sectors, at most
+// 128 KB a block, 16 bits only (where it was measured; see HISTORY.md for
+// what lost). Returns log2 of the slices an image (0: whole pixels) and sets
+// pieceLen. 2-D bulk copies need boxes of at most 256 rows and 256
+// channels, rows of 16-byte multiples and 128-byte aligned destinations.
+int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t* pieceLen) {
+    const int eb = elementBytes(p.dtype), VEC = 16 / eb;
+    constexpr int64_t kMinSliceChannels = 64, kMaxSliceChannels = 128, kMaxTileBytes = 128 * 1024;
+    if (eb != 2) return 0;
+    int log2s = 0;
+    for (int l = 1; l <= 4; ++l) {
+        const int64_t s = int64_t(1) << l, sliceC = p.c / s;
+        if (p.c % s == 0 && p.groups % s == 0 && sliceC % VEC == 0 && sliceC >= kMinSliceChannels &&
+            sliceC <= kMaxSliceChannels && (sliceC * eb) % 32 == 0)
+            log2s = l;
+    }
+    if (log2s == 0) return 0;
+    const int64_t s = int64_t(1) << log2s;
+    if (p.n * s > dev.numSMs) return 0;
+    const int64_t rowBytes = p.c / s * eb;
+    const int64_t chunk = ceilDiv(p.hw, dev.numSMs / (p.n * s));
+    const int64_t quantum = 128 / std::gcd(rowBytes, int64_t(128));  // rows a piece: 128-byte aligned pieces
+    const int64_t len = ceilDiv(ceilDiv(chunk, kMaxPieces), quantum) * quantum;
+    const int64_t tileBytes = kMaxPieces * len * rowBytes;
+    int tileOffset = 0;
+    onChipPlan(int(p.c / s), VEC, int(p.groups / s), &tileOffset);
+    if (len > 256 || tileBytes > kMaxTileBytes || staticSmem + tileOffset + tileBytes > dev.maxSmemOptin) return 0;
+    *pieceLen = len;
+    return log2s;
+}
+
+// The grid (Hopper): one block an SM, all resident (a cooperative launch),
+// x held in shared memory across a grid barrier: on chip where each block's
+// chunk fits, else streaming (a tile of the chunk on chip, the rest read
+// twice) up to the sizes where two passes win. False where the problem does
+// not fit this path.
+bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
+    const int eb = elementBytes(p.dtype), VEC = 16 / eb;
+    if (!dev.hopperCode || dev.maxSmemOptin <= 0) return false;
+    const size_t workspace = workspaceBytes(p);
+    GridArgs a = argsOf<GridArgs>(p);
+    a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
+    a.hw = p.hw;
+    a.c = int(p.c);
+    a.cpg = int(p.cpg);
+    a.groups = int(p.groups);
+    a.cs = int(p.c);
+    a.groupsAll = int(p.groups);
+    a.log2Slices = 0;
+
+    const double bytes = double(p.n) * double(p.c) * double(p.hw) * eb;
+
+    // How far streaming goes (against the two-pass kernels; the head's second
+    // read then comes mostly from DRAM and the on-chip tile saves less and
+    // less). NHWC: a thread's fp32 sums run over chunk / rowsPerPass rows
+    // before they go to double. In 16 bits streaming stops being faster at
+    // about 256 rows. fp32 outputs of inputs with |mean| >> std miss their
+    // tolerance before that, so fp32 streams up to 160 rows; up to 160 MB
+    // everything streams. NCHW sums each vector first, keeps its margin and
+    // beat two passes on every size measured, up to 2 GiB.
+    const int64_t maxStreamRowsNhwc = eb == 4 ? 160 : 256;
+    constexpr double kStreamBytesAny = 160.0 * (1 << 20);
+    constexpr double kMaxStreamBytesNchw = 2.0 * (1 << 30);
+    const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+    int64_t blocks = 0, chunk = 0, unitBytes = 0, unitQuantum = 1;
+    size_t need = 0;  // workspace: one partial a block and group
+    if (nhwc) {
+        // Whole pixels, packed (no padding channels: a bulk copy would read
+        // them), a vector column per thread.
+        if (p.cs != p.c || p.c % VEC != 0 || p.c / VEC > kGridThreads || p.n > dev.numSMs) return false;
+        const int64_t perImage = std::max<int64_t>(1, dev.numSMs / p.n);
+        chunk = ceilDiv(p.hw, perImage);
+        a.blocksPer = int(ceilDiv(p.hw, chunk));
+        a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
+        unitBytes = p.c * eb;
+        blocks = p.n * a.blocksPer;
+        need = size_t(blocks) * size_t(p.groups) * 2 * sizeof(double);  // double2 (streaming)
+        if (need > workspace) return false;
+    } else {
+        const int64_t segs = p.n * p.groups;
+        const int64_t segLen = p.cpg * p.hw;
+        // (A segment's offsets must fit 32 bits; the size limits below keep
+        // them far smaller.)
+        if (p.hw % VEC != 0 || segs > dev.numSMs || segLen > int64_t(UINT32_MAX)) return false;
+        const int64_t perSeg = std::max<int64_t>(1, dev.numSMs / segs);
+        chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
+        a.blocksPer = int(ceilDiv(segLen, chunk));
+        a.tileOffset = kNchwHeaderBytes;
+        unitBytes = eb;
+        unitQuantum = VEC;  // the tile and its pieces hold whole vectors
+        blocks = segs * a.blocksPer;
+        need = size_t(blocks) * 2 * sizeof(float);  // float2
+        if (need > workspace) return false;
+    }
+    a.chunk = chunk;
+
+    // The tile holds the whole chunk if it fits; else its tail (streaming).
+    // The grid barrier takes some static shared memory of its own.
+    GridKernel kernel = !nhwc                                   ? GridKernel::kOnChipNCHW
+                        : vectorSpansAtMostTwoGroups(p.cpg, VEC) ? GridKernel::kOnChipNHWCTwoGroups
+                                                                 : GridKernel::kOnChipNHWC;
+    OnChipPlan onChip{};
+    if (nhwc) onChip = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
+    int staticSmem = 0;
+    out->error = queries.staticSmem(kernel, &staticSmem);
+    if (out->error != cudaSuccess) return false;
+    const bool streaming = a.tileOffset + chunk * unitBytes + int64_t(staticSmem) > dev.maxSmemOptin;
+    // On-chip NHWC in channel slices where sliceCount finds a plan (and the
+    // driver encodes tensor maps): a slice's channels, groups and blocks.
+    int64_t slicePieceLen = 0;
+    if (nhwc && !streaming) {
+        const int log2s = sliceCount(p, dev, staticSmem, &slicePieceLen);
+        const int64_t imageSlices = p.n << log2s;
+        const int64_t sliceChunk = log2s > 0 ? ceilDiv(p.hw, dev.numSMs / imageSlices) : 0;
+        const int64_t stride = (ceilDiv(p.hw, std::max<int64_t>(1, sliceChunk)) + 1) & ~int64_t(1);
+        const size_t sliceNeed = size_t(p.n * p.groups * stride) * 2 * sizeof(float);  // float2
+        if (log2s > 0 && sliceNeed <= workspace && queries.tensorMaps()) {
+            a.log2Slices = log2s;
+            a.c = int(p.c >> log2s);
+            a.groups = int(p.groups >> log2s);
+            chunk = sliceChunk;
+            a.chunk = chunk;
+            a.blocksPer = int(ceilDiv(p.hw, chunk));
+            blocks = imageSlices * a.blocksPer;
+            unitBytes = a.c * eb;
+            onChip = onChipPlan(a.c, VEC, a.groups, &a.tileOffset);
+            need = sliceNeed;
+        }
+    }
+    if (streaming) {
+        if (nhwc) {
+            a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
+            if (bytes > kStreamBytesAny && ceilDiv(chunk, kGridThreads / (p.c / VEC)) > maxStreamRowsNhwc) return false;
+        } else if (bytes > kMaxStreamBytesNchw) {
+            return false;
+        }
+        kernel = nhwc ? GridKernel::kStreamNHWC : GridKernel::kStreamNCHW;
+        out->error = queries.staticSmem(kernel, &staticSmem);
+        if (out->error != cudaSuccess) return false;
+    }
+    const int64_t room = int64_t(dev.maxSmemOptin) - int64_t(staticSmem) - a.tileOffset;
+    a.tileCap = std::min<int64_t>(chunk, room / (unitBytes * unitQuantum) * unitQuantum);
+    // Streaming NHWC: every block's tile holds tileCap pixels of the image's
+    // tail, the rest is the head (see headSplit in the kernel).
+    if (nhwc && streaming) a.tileCap = std::min<int64_t>(a.tileCap, p.hw / a.blocksPer);
+    if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return false;
+    a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
+    if (a.log2Slices > 0) {  // four whole boxes of slicePieceLen rows (sliceCount checked the room)
+        a.pieceLen = slicePieceLen;
+        a.tileCap = kMaxPieces * slicePieceLen;
+    }
+    // Streaming NHWC where at least 3/4 of the image is head: its second read
+    // keeps the next batch in flight while the current one is activated
+    // (faster there; with less head it was no faster or slower).
+    if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
+        kernel = GridKernel::kStreamNHWCAhead;
+
+    Plan& q = *out;
+    q.path = streaming ? Path::kStreamingGrid : Path::kOnChipGrid;
+    q.kernel = !nhwc ? "gnPersistentNCHW" : streaming ? "gnStreamNHWC" : "gnOnChipNHWC";
+    q.vec = VEC;
+    q.gridX = blocks;
+    q.gridY = 1;
+    q.threads = nhwc ? kGridThreads : nchwThreads(streaming);
+    q.slices = 1 << a.log2Slices;
+    q.chunk = chunk;
+    q.workspace = need;
+    GridPlan& g = q.grid;
+    g.kernel = kernel;
+    g.args = a;
+    g.onChip = onChip;
+    g.smemBytes = size_t(a.tileOffset + a.tileCap * unitBytes);
+    // The launcher sets the kernel's attribute to all that the device allows
+    // beside the static shared memory (>= smemBytes): see there.
+    g.smemAttribute = dev.maxSmemOptin - staticSmem;
+    g.sliceChannels = a.log2Slices > 0 ? a.c : 0;
+    g.slicePieceLen = a.log2Slices > 0 ? slicePieceLen : 0;
+    return true;
+}
+
+// ----------------------------------------------------------- two-pass ----
+
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+size_t statsBytes(const Problem& p) { return alignUp(size_t(p.n * p.groups) * sizeof(float4)); }
+
+size_t partialsCapacity(const Problem& p) {
+    // NHWC: n * chunks <= max(n, kMaxStatsBlocks) blocks, c partials each.
+    // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each.
+    if (p.layout == TRTGN_LAYOUT_NHWC) return size_t(std::max<int64_t>(p.n, kMaxStatsBlocks)) * size_t(p.c);
+    return size_t(std::max<int64_t>(p.n * p.groups, kMaxStatsBlocks));
+}
+
+// Statistics (about one wave of blocks, each a chunk of pixels or of a
+// group), finalisation (a block a group), application (the same blocks, in
+// reverse). Any size, layout and alignment.
+void planTwoPass(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
+    const int VEC = hasVectors(p) ? 16 / elementBytes(p.dtype) : 1;
+    TwoPassArgs a = argsOf<TwoPassArgs>(p);
+    a.n = p.n;
+    a.hw = p.hw;
+    a.cs = p.cs;
+    a.c = p.c;
+    a.cpg = p.cpg;
+    a.groups = p.groups;
+
+    FinalizeArgs f{};
+    f.x = p.x;
+    f.nGroups = p.n * p.groups;
+    f.groups = p.groups;
+    f.eps = p.eps;
+
+    Plan& q = *out;
+    TwoPassPlan& t = q.twoPass;
+    int64_t gridX = 0, gridY = 1;
+    int threads = 0;
+    if (p.layout == TRTGN_LAYOUT_NHWC) {
+        t.apply = ApplyKernel::kNHWC;
+        const int64_t V = ceilDiv(p.c, VEC);
+        a.vb = int(std::min<int64_t>(V, kTwoPassThreadsNHWC));
+        a.rows = kTwoPassThreadsNHWC / a.vb;
+        const int64_t slices = ceilDiv(V, a.vb);
+        int bps = 1;
+        q.error = queries.blocksPerSM(t.apply, VEC, a.vb * a.rows, &bps);
+        if (q.error != cudaSuccess) return;
+        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
+        int64_t chunks = ceilDiv(target, p.n * slices);
+        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / p.n));
+        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, p.hw));
+        a.chunkUnits = ceilDiv(p.hw, chunks);
+        a.chunks = int(ceilDiv(p.hw, a.chunkUnits));
+        a.units = p.hw;
+        gridX = p.n * a.chunks;
+        gridY = slices;
+        threads = a.vb * a.rows;
+        // Where no group straddles two column slices of blocks, the
+        // statistics blocks merge each group's channels themselves.
+        a.groupPartials = slices == 1 || (int64_t(a.vb) * VEC) % p.cpg == 0;
+        const int64_t perChunk = a.groupPartials ? p.groups : p.c;
+        f.nStride = int64_t(a.chunks) * perChunk;
+        f.gStride = a.groupPartials ? 1 : p.cpg;
+        f.chunkStride = perChunk;
+        f.members = a.groupPartials ? 1 : p.cpg;
+        f.chunks = a.chunks;
+        f.chunkUnits = a.chunkUnits;
+        f.totalUnits = p.hw;
+        f.unitElems = a.groupPartials ? p.cpg : 1;
+        f.kN = p.hw * p.cs;
+        f.kG = p.cpg;
+    } else {
+        const int64_t units = p.cpg * p.hw / VEC;
+        t.apply = units * VEC < (int64_t(1) << 32) ? ApplyKernel::kNCHW : ApplyKernel::kNCHWWide;
+        int bps = 1;
+        q.error = queries.blocksPerSM(t.apply, VEC, kTwoPassThreadsNCHW, &bps);
+        if (q.error != cudaSuccess) return;
+        const int64_t target = int64_t(dev.numSMs) * std::max(bps, 1);
+        const int64_t ng = p.n * p.groups;
+        int64_t chunks = ceilDiv(target, ng);
+        chunks = std::min<int64_t>(chunks, std::max<int64_t>(1, kMaxStatsBlocks / ng));
+        chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, ceilDiv(units, kTwoPassThreadsNCHW)));
+        a.chunkUnits = ceilDiv(units, chunks);
+        a.chunks = int(ceilDiv(units, a.chunkUnits));
+        a.units = units;
+        gridX = ng * a.chunks;
+        threads = kTwoPassThreadsNCHW;
+        f.nStride = p.groups * a.chunks;
+        f.gStride = a.chunks;
+        f.chunkStride = 1;
+        f.members = 1;
+        f.chunks = a.chunks;
+        f.chunkUnits = a.chunkUnits * VEC;
+        f.totalUnits = units * VEC;
+        f.unitElems = 1;
+        f.kN = p.c * p.hw;
+        f.kG = p.cpg * p.hw;
+    }
+    // CUDA's grid limits (the finaliser launches a block an (n, group)).
+    if (gridX > 0x7fffffff || gridY > 65535 || f.nGroups > 0x7fffffff) {
+        q.unsupported = "n * num_groups, or the blocks the tensor needs, exceed CUDA's grid limits";
+        return;
+    }
+    const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+    q.path = Path::kTwoPass;
+    q.kernel = nhwc ? "gnStatsNHWC+gnApplyNHWC" : "gnStatsNCHW+gnApplyNCHW";
+    q.vec = VEC;
+    q.gridX = gridX;
+    q.gridY = gridY;
+    q.threads = threads;
+    q.slices = int(gridY);
+    q.chunk = a.chunkUnits;
+    q.partials = nhwc ? (a.groupPartials ? "group" : "channel") : "group";
+    q.workspace = workspaceBytes(p);
+    t.args = a;
+    t.finalize = f;
+    t.partialsOffset = statsBytes(p);
+}
+
+}  // namespace
+
+const char* pathName(Path p) {
+    switch (p) {
+        case Path::kClusters: return "clusters";
+        case Path::kOnChipGrid: return "on-chip-grid";
+        case Path::kStreamingGrid: return "streaming-grid";
+        case Path::kTwoPass: return "two-pass";
+    }
+    return "";
+}
+
+size_t workspaceBytes(const Problem& p) { return statsBytes(p) + alignUp(partialsCapacity(p) * sizeof(float2)); }
+
+Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries) {
+    Plan plan;
+    plan.problem = p;
+    if (hasVectors(p)) {
+        if (planClusters(p, dev, kClustersOverGridCost, &plan)) return plan;
+        if (planGrid(p, dev, queries, &plan) || plan.error != cudaSuccess) return plan;
+        if (planClusters(p, dev, std::numeric_limits<double>::infinity(), &plan)) return plan;
+    }
+    planTwoPass(p, dev, queries, &plan);
+    return plan;
+}
+
+}  // namespace trtgn

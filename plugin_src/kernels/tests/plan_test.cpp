@@ -1,0 +1,320 @@
+// The planner on described devices, without a GPU: the path each listed case
+// takes, and the invariants every plan must keep over a sweep of the input
+// space (the launch limits, the workspace bound, which devices may run what).
+// Exit status 0 when every check passes; one line per failure.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "group_norm_plan.h"
+
+using namespace trtgn;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+#define CHECK(cond, ...)                                   \
+    do {                                                   \
+        ++checks;                                          \
+        if (!(cond)) {                                     \
+            ++failures;                                    \
+            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::printf(__VA_ARGS__);                      \
+            std::printf("\n");                             \
+        }                                                  \
+    } while (0)
+
+// What the CUDA runtime answers for this library's sm_90 kernels: static
+// shared memory and registers as ptxas reports them (16-bit builds), and
+// the occupancy calculator's rule (65536 registers an SM, allocated 256 a
+// warp; 2048 threads, 32 blocks).
+struct Sm90Queries final : KernelQueries {
+    bool maps = true;
+    cudaError_t fail = cudaSuccess;
+    cudaError_t staticSmem(GridKernel k, int* bytes) const override {
+        *bytes = k == GridKernel::kOnChipNCHW ? 128 : 0;
+        return fail;
+    }
+    cudaError_t blocksPerSM(ApplyKernel k, int vec, int threads, int* blocks) const override {
+        const bool v = vec > 1;
+        const int regs = k == ApplyKernel::kNHWC ? (v ? 64 : 40) : k == ApplyKernel::kNCHW ? (v ? 63 : 44) : (v ? 56 : 40);
+        const int warps = (threads + 31) / 32;
+        const int perWarp = (regs * 32 + 255) / 256 * 256;
+        int b = 65536 / (perWarp * warps);
+        b = b < 2048 / threads ? b : 2048 / threads;
+        *blocks = b < 32 ? b : 32;
+        return fail;
+    }
+    bool tensorMaps() const override { return maps; }
+};
+
+struct NamedDevice {
+    const char* name;
+    Device dev;
+};
+// H100 SXM and H200: 132 SMs, 227 KB of shared memory a block. An 8.9 GPU
+// (L40S: 142 SMs, 99 KB). An H100 running a build without sm_90 (its
+// kernels from compute_80 PTX: no Hopper code).
+const NamedDevice kH100{"H100", {132, true, 232448}};
+const NamedDevice kH200{"H200", {132, true, 232448}};
+const NamedDevice kL40S{"8.9 GPU", {142, false, 101376}};
+const NamedDevice kH100NoSm90{"H100, build without sm_90", {132, false, 232448}};
+
+Problem problem(int64_t n, int64_t c, int64_t h, int64_t w, int64_t g, trtgn_dtype_t dtype, trtgn_layout_t layout,
+                int64_t cs = 0, uintptr_t misalign = 0) {
+    Problem p{};
+    p.x = reinterpret_cast<const void*>(uintptr_t(1) << 30 | misalign);
+    p.y = reinterpret_cast<void*>(uintptr_t(2) << 30);
+    p.n = n;
+    p.c = c;
+    p.hw = h * w;
+    p.groups = g;
+    p.cpg = c / g;
+    p.cs = cs ? cs : c;
+    p.layout = layout;
+    p.dtype = dtype;
+    p.act = TRTGN_ACTIVATION_SILU;
+    p.eps = 1e-5f;
+    p.gamma = reinterpret_cast<const void*>(uintptr_t(3) << 30);
+    p.beta = reinterpret_cast<const void*>(uintptr_t(4) << 30);
+    p.affineFp32 = false;
+    return p;
+}
+
+std::string describe(const Plan& q) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf), "%s %s cluster=%d split=%d vpt=%d slices=%d vec=%d blocks=%" PRId64,
+                  pathName(q.path), q.kernel, q.cluster, q.split, q.vpt, q.slices, q.vec, q.gridX * q.gridY);
+    return buf;
+}
+
+// ---- the path of listed cases ----
+
+struct Expect {
+    const char* name;
+    int64_t n, c, h, w, g;
+    trtgn_layout_t layout;
+    Path path;
+    int cluster;  // clusters: blocks a cluster; grid: channel slices; 0: not checked
+};
+
+constexpr trtgn_layout_t NHWC = TRTGN_LAYOUT_NHWC, NCHW = TRTGN_LAYOUT_NCHW;
+
+// The diffusion shape list (trt_gn/shapes.py) on an H100 or H200, in 16
+// bits: the plans trtgn_describe_plan reported there.
+const Expect kHopperShapes[] = {
+    {"sd15-unet-320x64", 2, 320, 64, 64, 32, NHWC, Path::kOnChipGrid, 4},
+    {"sd15-unet-320x64", 2, 320, 64, 64, 32, NCHW, Path::kClusters, 2},
+    {"sd15-unet-640x32", 2, 640, 32, 32, 32, NHWC, Path::kClusters, 2},
+    {"sd15-unet-640x32", 2, 640, 32, 32, 32, NCHW, Path::kClusters, 2},
+    {"sd15-unet-1280x16", 2, 1280, 16, 16, 32, NHWC, Path::kClusters, 1},
+    {"sd15-unet-1280x16", 2, 1280, 16, 16, 32, NCHW, Path::kClusters, 2},
+    {"sd15-unet-1280x8", 2, 1280, 8, 8, 32, NHWC, Path::kClusters, 1},
+    {"sd15-unet-1280x8", 2, 1280, 8, 8, 32, NCHW, Path::kClusters, 1},
+    {"sd15-unet-2560x8", 2, 2560, 8, 8, 32, NHWC, Path::kClusters, 1},
+    {"sd15-unet-2560x8", 2, 2560, 8, 8, 32, NCHW, Path::kClusters, 2},
+    {"sdxl-unet-320x128", 2, 320, 128, 128, 32, NHWC, Path::kOnChipGrid, 1},
+    {"sdxl-unet-320x128", 2, 320, 128, 128, 32, NCHW, Path::kOnChipGrid, 1},
+    {"sdxl-unet-640x64", 2, 640, 64, 64, 32, NHWC, Path::kOnChipGrid, 8},
+    {"sdxl-unet-640x64", 2, 640, 64, 64, 32, NCHW, Path::kOnChipGrid, 1},
+    {"vae-dec-512x128", 1, 512, 128, 128, 32, NHWC, Path::kOnChipGrid, 8},
+    {"vae-dec-512x128", 1, 512, 128, 128, 32, NCHW, Path::kOnChipGrid, 1},
+    {"vae-dec-256x512", 1, 256, 512, 512, 32, NHWC, Path::kStreamingGrid, 0},
+    {"vae-dec-256x512", 1, 256, 512, 512, 32, NCHW, Path::kStreamingGrid, 0},
+    {"vae-dec-128x512", 1, 128, 512, 512, 32, NHWC, Path::kStreamingGrid, 0},
+    {"vae-dec-128x512", 1, 128, 512, 512, 32, NCHW, Path::kStreamingGrid, 0},
+    {"sdxl-vae-dec-512x256", 1, 512, 256, 256, 32, NHWC, Path::kStreamingGrid, 0},
+    {"sdxl-vae-dec-512x256", 1, 512, 256, 256, 32, NCHW, Path::kStreamingGrid, 0},
+    {"sdxl-vae-dec-256x1024", 1, 256, 1024, 1024, 32, NHWC, Path::kTwoPass, 0},
+    {"sdxl-vae-dec-256x1024", 1, 256, 1024, 1024, 32, NCHW, Path::kStreamingGrid, 0},
+    {"sdxl-vae-dec-128x1024", 1, 128, 1024, 1024, 32, NHWC, Path::kStreamingGrid, 0},
+    {"sdxl-vae-dec-128x1024", 1, 128, 1024, 1024, 32, NCHW, Path::kStreamingGrid, 0},
+};
+
+// Without Hopper code (an 8.9 GPU, or a build without sm_90): single-block
+// clusters where the group fits one block's registers, else two passes.
+const Expect kNoHopperShapes[] = {
+    {"sd15-unet-1280x8", 2, 1280, 8, 8, 32, NHWC, Path::kClusters, 1},
+    {"sd15-unet-1280x8", 2, 1280, 8, 8, 32, NCHW, Path::kClusters, 1},
+    {"sd15-unet-2560x8", 2, 2560, 8, 8, 32, NCHW, Path::kClusters, 1},
+    {"sd15-unet-640x32", 2, 640, 32, 32, 32, NHWC, Path::kClusters, 1},
+    {"sdxl-unet-320x128", 2, 320, 128, 128, 32, NHWC, Path::kTwoPass, 0},
+    {"vae-dec-512x128", 1, 512, 128, 128, 32, NHWC, Path::kTwoPass, 0},
+    {"vae-dec-256x512", 1, 256, 512, 512, 32, NCHW, Path::kTwoPass, 0},
+    {"sdxl-vae-dec-128x1024", 1, 128, 1024, 1024, 32, NHWC, Path::kTwoPass, 0},
+};
+
+void checkExpect(const NamedDevice& d, const Expect& e, trtgn_dtype_t dtype) {
+    const Sm90Queries queries;
+    const Plan q = planGroupNorm(problem(e.n, e.c, e.h, e.w, e.g, dtype, e.layout), d.dev, queries);
+    const char* layout = e.layout == NHWC ? "NHWC" : "NCHW";
+    CHECK(q.error == cudaSuccess && q.unsupported == nullptr, "%s %s %s: no plan", d.name, e.name, layout);
+    CHECK(q.path == e.path, "%s %s %s dtype %d: expected %s, planned %s", d.name, e.name, layout, int(dtype),
+          pathName(e.path), describe(q).c_str());
+    if (e.path == Path::kClusters && e.cluster)
+        CHECK(q.cluster == e.cluster, "%s %s %s: expected clusters of %d, planned %s", d.name, e.name, layout,
+              e.cluster, describe(q).c_str());
+    if (e.path == Path::kOnChipGrid && e.cluster)
+        CHECK(q.slices == e.cluster, "%s %s %s: expected %d slices, planned %s", d.name, e.name, layout, e.cluster,
+              describe(q).c_str());
+}
+
+// ---- invariants over a sweep ----
+
+struct Lcg {
+    uint64_t s;
+    uint32_t next() {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return uint32_t(s >> 33);
+    }
+    int64_t in(int64_t lo, int64_t hi) { return lo + int64_t(next() % uint64_t(hi - lo + 1)); }
+    int64_t logIn(int64_t lo, int64_t hi) {  // log-uniform
+        const double u = double(next()) / 4294967296.0;
+        const int64_t v = int64_t(double(lo) * std::pow(double(hi + 1) / double(lo), u));
+        return v < lo ? lo : v > hi ? hi : v;
+    }
+};
+
+void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int* pathCount) {
+    char what[200];
+    std::snprintf(what, sizeof(what), "%s n=%" PRId64 " c=%" PRId64 " hw=%" PRId64 " g=%" PRId64 " cs=%" PRId64
+                  " dtype=%d %s -> %s", d.name, p.n, p.c, p.hw, p.groups, p.cs, int(p.dtype),
+                  p.layout == NHWC ? "NHWC" : "NCHW", describe(q).c_str());
+    CHECK(q.error == cudaSuccess && q.unsupported == nullptr, "%s: no plan", what);
+    ++pathCount[int(q.path)];
+    CHECK(q.workspace <= workspaceBytes(p), "%s: workspace %zu over the bound %zu", what, q.workspace,
+          workspaceBytes(p));
+    // (Two-pass NHWC blocks are vb * rows threads: 257 to 512, not always whole warps.)
+    CHECK(q.gridX >= 1 && q.gridX <= 0x7fffffff && q.gridY >= 1 && q.gridY <= 65535 && q.threads >= 32 &&
+              q.threads <= 1024 && (q.threads % 32 == 0 || (q.path == Path::kTwoPass && p.layout == NHWC)),
+          "%s: launch shape out of CUDA's limits", what);
+    const int vec = 16 / (p.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
+    const bool aligned = (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.y)) % 16 == 0;
+    const bool vectors = p.layout == NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
+    switch (q.path) {
+        case Path::kClusters: {
+            const ClusterArgs& a = q.clusters.args;
+            CHECK(vectors, "%s: clusters without 16-byte vectors", what);
+            CHECK(q.cluster >= 1 && q.cluster <= (d.dev.hopperCode ? kMaxK : 1), "%s: cluster size", what);
+            CHECK(q.threads <= kClusterMaxThreads && q.gridY == p.n, "%s: cluster launch", what);
+            CHECK(int64_t(a.K) * a.R * q.clusters.vpt >= a.units, "%s: the units do not fit the cluster", what);
+            CHECK(q.workspace == 0, "%s: clusters use no workspace", what);
+            break;
+        }
+        case Path::kOnChipGrid:
+        case Path::kStreamingGrid: {
+            const GridPlan& g = q.grid;
+            CHECK(d.dev.hopperCode && vectors, "%s: grid without Hopper code or vectors", what);
+            CHECK(q.gridX <= d.dev.numSMs, "%s: more blocks than SMs (one resident an SM)", what);
+            CHECK(g.smemBytes <= size_t(g.smemAttribute) && g.smemAttribute <= d.dev.maxSmemOptin,
+                  "%s: shared memory %zu over %d", what, g.smemBytes, g.smemAttribute);
+            CHECK((q.path == Path::kOnChipGrid) == (g.args.tileCap >= g.args.chunk), "%s: on chip iff the chunk fits",
+                  what);
+            CHECK(q.slices == 1 || (p.dtype != TRTGN_DTYPE_FLOAT32 && g.sliceChannels * q.slices == p.c),
+                  "%s: slices", what);
+            break;
+        }
+        case Path::kTwoPass:
+            CHECK(q.vec == (vectors ? vec : 1), "%s: two-pass vector", what);
+            CHECK(q.workspace == workspaceBytes(p), "%s: two-pass workspace", what);
+            break;
+    }
+}
+
+void sweep(const NamedDevice& d, int cases, uint64_t seed) {
+    Lcg r{seed};
+    int pathCount[4] = {0, 0, 0, 0}, planned = 0;
+    const Sm90Queries queries;
+    for (int i = 0; i < cases; ++i) {
+        const trtgn_dtype_t dtype = trtgn_dtype_t(r.in(0, 2));
+        const trtgn_layout_t layout = r.in(0, 1) ? NHWC : NCHW;
+        // Half the channel counts whole 16-byte vectors (the paths 1-3 need them).
+        const int64_t c = r.in(0, 1) ? 8 * r.logIn(1, 512) : r.logIn(1, 4096);
+        int64_t g = 1;  // a divisor of c
+        for (int t = 0; t < 8; ++t) {
+            const int64_t cand = r.logIn(1, c);
+            if (c % cand == 0) g = cand;
+        }
+        if (r.in(0, 3) == 0 && c % 32 == 0) g = 32;
+        // At most 2^28 elements (the fuzz command's space): h and w drawn within what n and c leave.
+        // A quarter are VAE-like (few images, large pixels), where the grids stream and two passes take over.
+        const bool large = r.in(0, 3) == 0;
+        const int64_t n = large ? r.in(1, 4) : r.logIn(1, 64), room = (int64_t(1) << 28) / (n * c);
+        if (room < 1) continue;
+        const int64_t hMin = large ? std::min<int64_t>(room, 128) : 1;
+        const int64_t h = r.logIn(hMin, std::min<int64_t>(512, room));
+        const int64_t w = r.logIn(std::min<int64_t>(hMin, room / h), std::min<int64_t>(512, room / h));
+        ++planned;
+        const int64_t cs = layout == NHWC && r.in(0, 7) == 0 ? c + r.in(1, 16) : c;
+        const uintptr_t misalign = r.in(0, 15) == 0 ? 2 * uintptr_t(r.in(1, 7)) : 0;
+        const Problem p = problem(n, c, h, w, g, dtype, layout, cs, misalign);
+        checkInvariants(d, p, planGroupNorm(p, d.dev, queries), pathCount);
+    }
+    std::printf("%s: %d cases planned: clusters %d, on-chip grid %d, streaming grid %d, two-pass %d\n", d.name, planned,
+                pathCount[int(Path::kClusters)], pathCount[int(Path::kOnChipGrid)],
+                pathCount[int(Path::kStreamingGrid)], pathCount[int(Path::kTwoPass)]);
+    if (d.dev.hopperCode) {
+        for (int k = 0; k < 4; ++k) CHECK(pathCount[k] > 0, "%s: the sweep never reached path %s", d.name, pathName(Path(k)));
+    } else {
+        CHECK(pathCount[int(Path::kOnChipGrid)] + pathCount[int(Path::kStreamingGrid)] == 0, "%s: grid planned",
+              d.name);
+    }
+}
+
+}  // namespace
+
+int main() {
+    for (const NamedDevice* d : {&kH100, &kH200})
+        for (const Expect& e : kHopperShapes)
+            for (trtgn_dtype_t t : {TRTGN_DTYPE_FLOAT16, TRTGN_DTYPE_BFLOAT16}) checkExpect(*d, e, t);
+    for (const NamedDevice* d : {&kL40S, &kH100NoSm90})
+        for (const Expect& e : kNoHopperShapes)
+            for (trtgn_dtype_t t : {TRTGN_DTYPE_FLOAT16, TRTGN_DTYPE_BFLOAT16, TRTGN_DTYPE_FLOAT32}) checkExpect(*d, e, t);
+
+    // The question a newcomer asks: 1x512x128x128 fp16 NHWC on an H100.
+    {
+        const Sm90Queries queries;
+        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        std::printf("1x512x128x128 fp16 NHWC on an H100: %s\n", describe(q).c_str());
+        // Without 16-byte vectors (x 2 bytes off), the same shape takes two passes, element by element.
+        const Plan u = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 0, 2), kH100.dev, queries);
+        CHECK(u.path == Path::kTwoPass && u.vec == 1, "unaligned x: planned %s", describe(u).c_str());
+        // Padded pixels (channel stride 520) keep vectors but not the grid's bulk copies.
+        const Plan s = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 520), kH100.dev, queries);
+        CHECK(s.path != Path::kOnChipGrid && s.path != Path::kStreamingGrid, "padded pixels: planned %s",
+              describe(s).c_str());
+    }
+    // Without the driver's tensor maps, the sliced on-chip grid keeps whole pixels.
+    {
+        Sm90Queries queries;
+        queries.maps = false;
+        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        CHECK(q.path == Path::kOnChipGrid && q.slices == 1, "no tensor maps: planned %s", describe(q).c_str());
+    }
+    // A failed query is the plan's error: nothing is planned around it.
+    {
+        Sm90Queries queries;
+        queries.fail = cudaErrorInvalidDeviceFunction;
+        const Plan q = planGroupNorm(problem(1, 256, 512, 512, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        CHECK(q.error == cudaErrorInvalidDeviceFunction, "failed query: error %d", int(q.error));
+    }
+    // Beyond CUDA's grid limits: unsupported, with a reason.
+    {
+        const Sm90Queries queries;
+        const Plan q = planGroupNorm(problem(int64_t(1) << 31, 1, 1, 1, 1, TRTGN_DTYPE_FLOAT32, NCHW), kH100.dev, queries);
+        CHECK(q.unsupported != nullptr, "2^31 (n, group) pairs planned %s", describe(q).c_str());
+    }
+    // The workspace bound grows with n and c only.
+    {
+        const Problem a = problem(2, 320, 64, 64, 32, TRTGN_DTYPE_FLOAT16, NHWC);
+        const Problem b = problem(2, 320, 1, 3, 32, TRTGN_DTYPE_FLOAT16, NHWC);
+        CHECK(workspaceBytes(a) == workspaceBytes(b), "workspace depends on h, w");
+    }
+    for (const NamedDevice* d : {&kH100, &kH200, &kL40S, &kH100NoSm90}) sweep(*d, 20000, 1);
+
+    std::printf("%d checks, %d failed\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Compare two plan dumps of `python -m trt_gn.fuzz --plans` (two builds, the same seed and cases).
+
+Cases are matched by their spec; each plan is compared on the keys both dumps have (a newer build
+may report more). Prints the count of cases that differ and the first few; exits 1 if any differs
+or the dumps hold different cases.
+
+    python scripts/compare_plans.py old.csv new.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+
+def read(path: str) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {row["case"]: dict(item.partition("=")[::2] for item in row["plan"].split()) for row in rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--show", type=int, default=10, help="differences printed (default: 10)")
+    args = parser.parse_args(argv)
+    old, new = read(args.old), read(args.new)
+    if old.keys() != new.keys():
+        print(f"the dumps hold different cases: {len(old.keys() - new.keys())} only in {args.old}, "
+              f"{len(new.keys() - old.keys())} only in {args.new}")
+        return 1
+    differ = []
+    for case, a in old.items():
+        b = new[case]
+        keys = [k for k in a if k in b]
+        if any(a[k] != b[k] for k in keys):
+            differ.append((case, " ".join(f"{k}={a[k]}" for k in keys), " ".join(f"{k}={b[k]}" for k in keys)))
+    for case, a, b in differ[: args.show]:
+        print(f"{case}\n  old: {a}\n  new: {b}")
+    print(f"{len(old)} cases, {len(differ)} plans differ")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

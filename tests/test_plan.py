@@ -1,0 +1,40 @@
+"""The planner on described devices (plugin_src/kernels/tests/plan_test.cpp): host C++ only, built with
+CMake and run here, without a GPU. It checks the path of the shape list on an H100 and H200 (as
+trtgn_describe_plan reported there), on an 8.9 GPU and on a build without sm_90, and the invariants
+of every plan over a sweep of the input space."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_planner_on_described_devices(tmp_path):
+    if shutil.which("cmake") is None or shutil.which("nvcc") is None:
+        pytest.skip("cmake or nvcc is not on PATH (the native project needs the CUDA toolkit to configure)")
+    build = tmp_path / "build"
+    configure = subprocess.run(
+        ["cmake", "-S", str(ROOT / "plugin_src"), "-B", str(build), "-DTRT_GN_BUILD_PLUGIN=OFF",
+         "-DCMAKE_CUDA_ARCHITECTURES=90"], capture_output=True, text=True)
+    assert configure.returncode == 0, configure.stdout + configure.stderr
+    compiled = subprocess.run(["cmake", "--build", str(build), "--target", "trt_gn_plan_test"],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
+    run = subprocess.run([str(build / "trt_gn_plan_test")], capture_output=True, text=True, timeout=120)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 0 and lines[-1].endswith(" checks, 0 failed"), run.stdout
+    assert ("1x512x128x128 fp16 NHWC on an H100: on-chip-grid gnOnChipNHWC cluster=1 split=1 vpt=0 slices=8 vec=8 "
+            "blocks=128") in lines
+    # Every path was reached on the Hopper descriptions, none of the grids elsewhere.
+    for device in ("H100", "H200"):
+        counts = next(line for line in lines if line.startswith(f"{device}: "))
+        assert all(f"{path} 0," not in counts and not counts.endswith(f"{path} 0")
+                   for path in ("clusters", "on-chip grid", "streaming grid", "two-pass")), counts
+    for device in ("8.9 GPU", "H100, build without sm_90"):
+        counts = next(line for line in lines if line.startswith(f"{device}: "))
+        assert "on-chip grid 0, streaming grid 0," in counts, counts
