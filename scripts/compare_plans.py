@@ -15,10 +15,18 @@ import csv
 import sys
 
 
+def parse_plan(text: str) -> dict[str, str]:
+    """key=value pairs; "why", the last, runs to the end (its value has spaces)."""
+    text, _, why = text.partition(" why=")
+    plan = dict(item.partition("=")[::2] for item in text.split())
+    if why:
+        plan["why"] = why
+    return plan
+
+
 def read(path: str) -> dict[str, dict[str, str]]:
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    return {row["case"]: dict(item.partition("=")[::2] for item in row["plan"].split()) for row in rows}
+        return {row["case"]: parse_plan(row["plan"]) for row in csv.DictReader(f)}
 
 
 def main(argv: list[str] | None = None) -> int:

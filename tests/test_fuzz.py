@@ -78,7 +78,8 @@ def test_compare_plans(tmp_path):
     script = Path(__file__).resolve().parents[1] / "scripts" / "compare_plans.py"
     old, new, other = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "other.csv"
     old.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=two-pass vec=1,ok\n")
-    new.write_text("case,plan,result\na,path=clusters vec=8 workspace=0,ok\nb,path=two-pass vec=1 workspace=9,ok\n")
+    new.write_text("case,plan,result\na,path=clusters vec=8 workspace=0 why=clusters: estimate 3218 under 8250,ok\n"
+                   "b,path=two-pass vec=1 workspace=9,ok\n")
     other.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=on-chip-grid vec=8,ok\n")
     same = subprocess.run([sys.executable, str(script), str(old), str(new)], capture_output=True, text=True)
     assert same.returncode == 0 and same.stdout == "2 cases, 0 plans differ\n"

@@ -30,6 +30,9 @@ def test_planner_on_described_devices(tmp_path):
     assert run.returncode == 0 and lines[-1].endswith(" checks, 0 failed"), run.stdout
     assert ("1x512x128x128 fp16 NHWC on an H100: on-chip-grid gnOnChipNHWC cluster=1 split=1 vpt=0 slices=8 vec=8 "
             "blocks=128") in lines
+    why = lines[lines.index(next(line for line in lines if line.startswith("1x512x128x128"))) + 1]
+    assert why.startswith("  why: clusters: estimate ") and why.endswith(
+        " not under 8250; grid: every block's chunk fits its shared memory, in channel slices")
     # Every path was reached on the Hopper descriptions, none of the grids elsewhere.
     for device in ("H100", "H200"):
         counts = next(line for line in lines if line.startswith(f"{device}: "))

@@ -276,16 +276,19 @@ def describe_plan(params: Params) -> dict:
     """The plan trtgn_group_norm() would run for `params` on the current device, launching nothing.
 
     A dict of trtgn_describe_plan()'s keys: "path" (one of PATHS, or "none" for an empty tensor),
-    "kernel", "partials" as strings, the others as ints. Raises TrtGnError on bad params or where
-    the library predates ABI 3.
+    "kernel", "partials" and "why" (each path's verdict, "; "-separated) as strings, the others as
+    ints. Raises TrtGnError on bad params or where the library predates ABI 3.
     """
     lib = load()
     if lib.trtgn_abi_version() < 3:
         raise TrtGnError(Status.NOT_SUPPORTED, f"{lib.trtgn_path} predates trtgn_describe_plan (ABI 3)")
-    buf = ctypes.create_string_buffer(512)
+    buf = ctypes.create_string_buffer(1024)
     _check(lib.trtgn_describe_plan(ctypes.byref(params), buf, len(buf)))
+    text, _, why = buf.value.decode("ascii").partition(" why=")  # why: the rest of the line, spaces and all
     plan: dict = {}
-    for item in buf.value.decode("ascii").split():
+    for item in text.split():
         key, _, value = item.partition("=")
         plan[key] = int(value) if key in _PLAN_INTS else value
+    if why:
+        plan["why"] = why
     return plan

@@ -159,10 +159,10 @@ TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char*
         if (planned != TRTGN_STATUS_SUCCESS) return planned;
         need = std::snprintf(buffer, size,
                              "path=%s kernel=%s vec=%d blocks=%lld threads=%d cluster=%d split=%d vpt=%d slices=%d "
-                             "chunk=%lld partials=%s workspace=%zu",
+                             "chunk=%lld partials=%s workspace=%zu why=%s",
                              trtgn::pathName(d.path), d.kernel, d.vec, (long long)(d.gridX * d.gridY), d.threads,
                              d.cluster, d.split, d.vpt, d.slices, (long long)d.chunk, d.partials[0] ? d.partials : "-",
-                             d.workspace);
+                             d.workspace, d.why);
     }
     if (need < 0 || size_t(need) >= size) {
         buffer[0] = '\0';

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -13,6 +16,25 @@ namespace trtgn {
 namespace {
 
 int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
+
+// Appends one verdict to plan->why (what trtgn_describe_plan reports after why=). Returns false,
+// so that a rule can reject and say why in one statement.
+bool because(Plan* plan, const char* fmt, ...) {
+    const size_t used = std::strlen(plan->why);
+    if (used + 3 >= sizeof(plan->why)) return false;
+    char* at = plan->why + used;
+    size_t room = sizeof(plan->why) - used;
+    if (used > 0) {
+        std::memcpy(at, "; ", 3);
+        at += 2;
+        room -= 2;
+    }
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(at, room, fmt, args);
+    va_end(args);
+    return false;
+}
 
 // The 16-byte vector paths (clusters, grid) need aligned pointers and, NHWC,
 // whole vectors a pixel (C and the channel stride), NCHW whole vectors a
@@ -146,6 +168,12 @@ ClusterShape splitShape(ClusterShape s, int64_t clusters, const Device& dev) {
     return s;
 }
 
+bool rejectShape(const ClusterShape& s, double maxCost, int maxK, Plan* out) {
+    if (!s.ok) return because(out, "clusters: no shape holds a group in %d block%s of %d threads", maxK, maxK > 1 ? "s" : "",
+                              kClusterMaxThreads);
+    return because(out, "clusters: estimate %.0f not under %.0f", s.cost, maxCost);
+}
+
 // Clusters, where a shape's estimated cost is under maxCost. Kernels:
 // - gnFusedGroup, one (n, group) a cluster, scalar sums: NCHW, and NHWC
 //   where C/G is a multiple of the vector, 16 bytes or, for groups of 12,
@@ -156,7 +184,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const int eb = elementBytes(p.dtype);
     const int VEC = 16 / eb;
     const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
-    if (p.n > 65535 || p.c > (int64_t(1) << 30)) return false;
+    if (p.n > 65535 || p.c > (int64_t(1) << 30)) return because(out, "clusters: over 65535 images or 2^30 channels");
     ClusterArgs a = argsOf<ClusterArgs>(p);
     a.hw = p.hw;
     a.cs = p.cs;
@@ -192,7 +220,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
     int groupVec = VEC;  // elements a vector of the NHWC gnFusedGroup picked
     if (narrowGroups && s.ok && s.cost < maxCost) {
-        if (!fits32) return false;
+        if (!fits32) return because(out, "clusters: 2^31 elements or more");
         groupVec = narrowBytes / eb;
         a.vs = int(narrowLanes);
         a.groupsPerN = int(p.groups);
@@ -203,7 +231,8 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
         s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCGroup);
-        if (!s.ok || s.cost >= maxCost || !fits32) return false;
+        if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
+        if (!fits32) return because(out, "clusters: 2^31 elements or more");
         s = splitShape(s, p.n * p.groups, dev);
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
@@ -213,10 +242,10 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     } else if (p.layout == TRTGN_LAYOUT_NHWC && vectorSpansAtMostTwoGroups(p.cpg, VEC)) {
         const int64_t setChannels = widen ? pairSet : p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
         const int64_t vs = setChannels / VEC;
-        if (vs > 32) return false;
+        if (vs > 32) return because(out, "clusters: a set of over 32 vectors a pixel");
         const int64_t sets = p.c / setChannels;
         s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
-        if (!s.ok || s.cost >= maxCost) return false;
+        if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
         a.groupsPerN = int(sets);
@@ -228,15 +257,16 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         // on large ones, where its wide per-thread state costs more than a
         // second read from L2.
         constexpr double kMaxBytes = 8.0 * (1 << 20);
-        if (double(p.n) * double(p.hw) * double(p.c) * eb > kMaxBytes) return false;
+        if (double(p.n) * double(p.hw) * double(p.c) * eb > kMaxBytes)
+            return because(out, "clusters: NHWC groups that straddle vectors, over 8 MB");
         const int64_t setChannels = p.cpg / gcd64(p.cpg, VEC) * VEC;  // lcm(cpg, VEC)
         const int64_t vs = setChannels / VEC;
-        if (vs > 32) return false;
+        if (vs > 32) return because(out, "clusters: a set of over 32 vectors a pixel");
         int vp = 1;
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
         s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
-        if (!s.ok || s.cost >= maxCost) return false;
+        if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
         a.vp = vp;
@@ -248,7 +278,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         const int64_t units = p.cpg * p.hw / VEC;
         const int64_t clusters = p.n * p.groups;
         s = clusterShape(units, 1, clusters, dev.numSMs, maxK, CostKind::kNCHW);
-        if (!s.ok || s.cost >= maxCost) return false;
+        if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         // Where clusters of 2 put one block on each of at least half the SMs
         // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
         // fastest on them, which the estimate, preferring clusters of 4-8 (2-4
@@ -280,6 +310,10 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
 
     Plan& q = *out;
+    if (std::isinf(maxCost))
+        because(out, "clusters: estimate %.0f, taken at any cost (no grid)", s.cost);
+    else
+        because(out, "clusters: estimate %.0f under %.0f", s.cost, maxCost);
     q.path = Path::kClusters;
     q.kernel = name;
     q.vec = groupVec;
@@ -339,7 +373,7 @@ int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t*
 // not fit this path.
 bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
     const int eb = elementBytes(p.dtype), VEC = 16 / eb;
-    if (!dev.hopperCode || dev.maxSmemOptin <= 0) return false;
+    if (!dev.hopperCode || dev.maxSmemOptin <= 0) return because(out, "grid: no Hopper code on this device");
     const size_t workspace = workspaceBytes(p);
     GridArgs a = argsOf<GridArgs>(p);
     a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
@@ -370,7 +404,9 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
     if (nhwc) {
         // Whole pixels, packed (no padding channels: a bulk copy would read
         // them), a vector column per thread.
-        if (p.cs != p.c || p.c % VEC != 0 || p.c / VEC > kGridThreads || p.n > dev.numSMs) return false;
+        if (p.cs != p.c) return because(out, "grid: padded pixels (channel stride over C)");
+        if (p.c / VEC > kGridThreads) return because(out, "grid: over %d vectors a pixel", kGridThreads);
+        if (p.n > dev.numSMs) return because(out, "grid: more images (%lld) than SMs (%d)", (long long)p.n, dev.numSMs);
         const int64_t perImage = std::max<int64_t>(1, dev.numSMs / p.n);
         chunk = ceilDiv(p.hw, perImage);
         a.blocksPer = int(ceilDiv(p.hw, chunk));
@@ -378,13 +414,15 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
         unitBytes = p.c * eb;
         blocks = p.n * a.blocksPer;
         need = size_t(blocks) * size_t(p.groups) * 2 * sizeof(double);  // double2 (streaming)
-        if (need > workspace) return false;
+        if (need > workspace) return because(out, "grid: partials over the workspace");
     } else {
         const int64_t segs = p.n * p.groups;
         const int64_t segLen = p.cpg * p.hw;
         // (A segment's offsets must fit 32 bits; the size limits below keep
         // them far smaller.)
-        if (p.hw % VEC != 0 || segs > dev.numSMs || segLen > int64_t(UINT32_MAX)) return false;
+        if (segs > dev.numSMs)
+            return because(out, "grid: more (image, group) pairs (%lld) than SMs (%d)", (long long)segs, dev.numSMs);
+        if (segLen > int64_t(UINT32_MAX)) return because(out, "grid: a group of 2^32 elements or more");
         const int64_t perSeg = std::max<int64_t>(1, dev.numSMs / segs);
         chunk = ceilDiv(ceilDiv(segLen, perSeg), VEC) * VEC;
         a.blocksPer = int(ceilDiv(segLen, chunk));
@@ -393,7 +431,7 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
         unitQuantum = VEC;  // the tile and its pieces hold whole vectors
         blocks = segs * a.blocksPer;
         need = size_t(blocks) * 2 * sizeof(float);  // float2
-        if (need > workspace) return false;
+        if (need > workspace) return because(out, "grid: partials over the workspace");
     }
     a.chunk = chunk;
 
@@ -433,9 +471,11 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
     if (streaming) {
         if (nhwc) {
             a.tileOffset = nhwcLayout(a.c, VEC, a.groups).tile;
-            if (bytes > kStreamBytesAny && ceilDiv(chunk, kGridThreads / (p.c / VEC)) > maxStreamRowsNhwc) return false;
+            if (bytes > kStreamBytesAny && ceilDiv(chunk, kGridThreads / (p.c / VEC)) > maxStreamRowsNhwc)
+                return because(out, "grid: over %.0f MB and %lld rows a thread (two passes are faster)",
+                               kStreamBytesAny / (1 << 20), (long long)maxStreamRowsNhwc);
         } else if (bytes > kMaxStreamBytesNchw) {
-            return false;
+            return because(out, "grid: NCHW over 2 GiB");
         }
         kernel = nhwc ? GridKernel::kStreamNHWC : GridKernel::kStreamNCHW;
         out->error = queries.staticSmem(kernel, &staticSmem);
@@ -446,7 +486,8 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
     // Streaming NHWC: every block's tile holds tileCap pixels of the image's
     // tail, the rest is the head (see headSplit in the kernel).
     if (nhwc && streaming) a.tileCap = std::min<int64_t>(a.tileCap, p.hw / a.blocksPer);
-    if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk)) return false;
+    if (a.tileCap < (streaming ? kMaxPieces * unitQuantum : chunk))
+        return because(out, "grid: a block's tile does not fit its shared memory");
     a.pieceLen = ceilDiv(ceilDiv(a.tileCap, kMaxPieces), unitQuantum) * unitQuantum;
     if (a.log2Slices > 0) {  // four whole boxes of slicePieceLen rows (sliceCount checked the room)
         a.pieceLen = slicePieceLen;
@@ -459,6 +500,10 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
         kernel = GridKernel::kStreamNHWCAhead;
 
     Plan& q = *out;
+    if (streaming)
+        because(out, "grid: a block's chunk (%lld KB) over its shared memory: streams", (long long)(chunk * unitBytes >> 10));
+    else
+        because(out, "grid: every block's chunk fits its shared memory%s", a.log2Slices > 0 ? ", in channel slices" : "");
     q.path = streaming ? Path::kStreamingGrid : Path::kOnChipGrid;
     q.kernel = !nhwc ? "gnPersistentNCHW" : streaming ? "gnStreamNHWC" : "gnOnChipNHWC";
     q.vec = VEC;
@@ -616,10 +661,17 @@ size_t workspaceBytes(const Problem& p) { return statsBytes(p) + alignUp(partial
 Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries) {
     Plan plan;
     plan.problem = p;
-    if (hasVectors(p)) {
+    if (!hasVectors(p)) {
+        because(&plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
+                16 / elementBytes(p.dtype));
+    } else {
         if (planClusters(p, dev, kClustersOverGridCost, &plan)) return plan;
         if (planGrid(p, dev, queries, &plan) || plan.error != cudaSuccess) return plan;
+        const size_t said = std::strlen(plan.why);
         if (planClusters(p, dev, std::numeric_limits<double>::infinity(), &plan)) return plan;
+        // The same verdict as the first try's (no shape fits, say) is said once.
+        if (std::strlen(plan.why) > said + 2 && std::strstr(plan.why, plan.why + said + 2) < plan.why + said)
+            plan.why[said] = '\0';
     }
     planTwoPass(p, dev, queries, &plan);
     return plan;

@@ -100,6 +100,7 @@ struct Plan {
     int64_t chunk = 0;          // units a block: pixels (NHWC grids, two-pass) or elements (NCHW grids)
     const char* partials = "";  // two-pass NHWC: "group" or "channel" partials
     size_t workspace = 0;       // bytes of workspace this plan uses (<= workspaceBytes())
+    char why[320] = "";         // each path's verdict in the order tried, "; "-separated
 
     ClusterPlan clusters{};
     GridPlan grid{};

@@ -112,7 +112,7 @@ TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch);
 
 /* The plan trtgn_group_norm() would run for these parameters on the current
  * device, as one line of space-separated key=value pairs, written into
- * `buffer` (NUL-terminated; 256 bytes are always enough):
+ * `buffer` (NUL-terminated; 1024 bytes are always enough):
  *   path     clusters | on-chip-grid | streaming-grid | two-pass | none (empty tensor)
  *   kernel   the kernel of the path's main work
  *   vec      elements a thread loads at once
@@ -122,6 +122,9 @@ TRTGN_API trtgn_status_t trtgn_kernels_ptx_arch(int* arch);
  *   chunk    pixels (NHWC) or elements (NCHW) a block walks; partials: two-pass NHWC
  *            statistics per group or per channel ("-" elsewhere)
  *   workspace  bytes of workspace the plan uses (at most trtgn_workspace_size())
+ *   why      last, to the end of the line: each path's verdict in the order
+ *            tried, "; "-separated ("clusters: estimate 9120 not under 8250;
+ *            grid: every block's chunk fits its shared memory")
  * Fails with TRTGN_STATUS_NOT_SUPPORTED, and the reason, where no launch fits
  * CUDA's grid limits (as trtgn_group_norm() then does). Validates like trtgn_group_norm() (x and y are needed: their alignment
  * takes part in the choice); launches nothing and needs no workspace. Keys

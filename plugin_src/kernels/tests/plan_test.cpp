@@ -185,6 +185,8 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
                   p.layout == NHWC ? "NHWC" : "NCHW", describe(q).c_str());
     CHECK(q.error == cudaSuccess && q.unsupported == nullptr, "%s: no plan", what);
     ++pathCount[int(q.path)];
+    CHECK(q.why[0] != '\0' && (q.path != Path::kClusters || std::strstr(q.why, "clusters: estimate") != nullptr),
+          "%s: why %s", what, q.why);
     CHECK(q.workspace <= workspaceBytes(p), "%s: workspace %zu over the bound %zu", what, q.workspace,
           workspaceBytes(p));
     // (Two-pass NHWC blocks are vb * rows threads: 257 to 512, not always whole warps.)
@@ -279,13 +281,20 @@ int main() {
         const Sm90Queries queries;
         const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
         std::printf("1x512x128x128 fp16 NHWC on an H100: %s\n", describe(q).c_str());
+        std::printf("  why: %s\n", q.why);
+        CHECK(std::strncmp(q.why, "clusters: estimate ", 19) == 0 &&
+                  std::strstr(q.why, " not under 8250; grid: every block's chunk fits its shared memory, in channel "
+                                     "slices") != nullptr,
+              "why: %s", q.why);
         // Without 16-byte vectors (x 2 bytes off), the same shape takes two passes, element by element.
         const Plan u = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 0, 2), kH100.dev, queries);
         CHECK(u.path == Path::kTwoPass && u.vec == 1, "unaligned x: planned %s", describe(u).c_str());
+        CHECK(std::strncmp(u.why, "no 16-byte vectors", 18) == 0, "unaligned x: why %s", u.why);
         // Padded pixels (channel stride 520) keep vectors but not the grid's bulk copies.
         const Plan s = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 520), kH100.dev, queries);
         CHECK(s.path != Path::kOnChipGrid && s.path != Path::kStreamingGrid, "padded pixels: planned %s",
               describe(s).c_str());
+        CHECK(std::strstr(s.why, "grid: padded pixels (channel stride over C)") != nullptr, "padded: why %s", s.why);
     }
     // Without the driver's tensor maps, the sliced on-chip grid keeps whole pixels.
     {
