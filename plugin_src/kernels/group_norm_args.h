@@ -56,7 +56,7 @@ struct ClusterArgs {
     // gnFusedGroup (NHWC; log2S) and gnFusedSet2, set on the host so that
     // no division precedes the loads:
     int log2K;            // K = 1 << log2K
-    int log2S;            // 1 << log2S blocks a group, each writing its share (splitPlan); K == 1
+    int log2S;            // 1 << log2S blocks a group, each writing its share (splitShape); K == 1
     int rowMagic;         // ceil(65536 / lanes a unit): tid / lanes = tid * rowMagic >> 16 for tid < 512
     int64_t imageStride;  // elements from one image to the next
     int64_t unitStep;     // elements from a thread's vector to its next (R pixels)
