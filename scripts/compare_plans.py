@@ -13,18 +13,14 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+from trt_gn._lib import parse_plan  # noqa: E402
 
 
-def parse_plan(text: str) -> dict[str, str]:
-    """key=value pairs; "why", the last, runs to the end (its value has spaces)."""
-    text, _, why = text.partition(" why=")
-    plan = dict(item.partition("=")[::2] for item in text.split())
-    if why:
-        plan["why"] = why
-    return plan
-
-
-def read(path: str) -> dict[str, dict[str, str]]:
+def read(path: str) -> dict[str, dict]:
     with open(path, newline="") as f:
         return {row["case"]: parse_plan(row["plan"]) for row in csv.DictReader(f)}
 

@@ -284,7 +284,13 @@ def describe_plan(params: Params) -> dict:
         raise TrtGnError(Status.NOT_SUPPORTED, f"{lib.trtgn_path} predates trtgn_describe_plan (ABI 3)")
     buf = ctypes.create_string_buffer(1024)
     _check(lib.trtgn_describe_plan(ctypes.byref(params), buf, len(buf)))
-    text, _, why = buf.value.decode("ascii").partition(" why=")  # why: the rest of the line, spaces and all
+    return parse_plan(buf.value.decode("ascii"))
+
+
+def parse_plan(text: str) -> dict:
+    """trtgn_describe_plan()'s line as a dict (see describe_plan); "why", the last key, runs to the
+    end of the line, spaces and all."""
+    text, _, why = text.partition(" why=")
     plan: dict = {}
     for item in text.split():
         key, _, value = item.partition("=")

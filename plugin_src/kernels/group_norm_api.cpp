@@ -86,8 +86,8 @@ trtgn_status_t cudaFailure(cudaError_t e) {
 }
 
 // The plan of a valid, non-empty problem on the current device.
-trtgn_status_t planFor(const trtgn::Problem& q, trtgn::Plan* plan) {
-    const cudaError_t e = trtgn::planOnCurrentDevice(q, plan);
+trtgn_status_t planFor(const trtgn::Problem& q, trtgn::Plan* plan, bool explain) {
+    const cudaError_t e = trtgn::planOnCurrentDevice(q, plan, explain);
     if (e != cudaSuccess) return cudaFailure(e);
     if (plan->unsupported != nullptr) return fail(TRTGN_STATUS_NOT_SUPPORTED, "%s", plan->unsupported);
     return TRTGN_STATUS_SUCCESS;
@@ -135,7 +135,7 @@ TRTGN_API trtgn_status_t trtgn_group_norm(const trtgn_params_t* params, void* wo
         return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace must be 256-byte aligned");
 
     trtgn::Plan plan;
-    const trtgn_status_t planned = planFor(q, &plan);
+    const trtgn_status_t planned = planFor(q, &plan, false);
     if (planned != TRTGN_STATUS_SUCCESS) return planned;
     const cudaError_t e = trtgn::launchPlan(plan, workspace, static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess) return cudaFailure(e);
@@ -155,7 +155,7 @@ TRTGN_API trtgn_status_t trtgn_describe_plan(const trtgn_params_t* params, char*
         if (q.x == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "x is NULL");
         if (q.y == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "y is NULL");
         trtgn::Plan d;
-        const trtgn_status_t planned = planFor(q, &d);
+        const trtgn_status_t planned = planFor(q, &d, true);
         if (planned != TRTGN_STATUS_SUCCESS) return planned;
         need = std::snprintf(buffer, size,
                              "path=%s kernel=%s vec=%d blocks=%lld threads=%d cluster=%d split=%d vpt=%d slices=%d "

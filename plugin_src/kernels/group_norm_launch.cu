@@ -61,11 +61,11 @@ cudaError_t currentDevice(Device* dev) {
     return cudaDeviceGetAttribute(&dev->maxSmemOptin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
 }
 
-cudaError_t planOnCurrentDevice(const Problem& p, Plan* plan) {
+cudaError_t planOnCurrentDevice(const Problem& p, Plan* plan, bool explain) {
     Device dev;
     const cudaError_t e = currentDevice(&dev);
     if (e != cudaSuccess) return e;
-    *plan = planGroupNorm(p, dev, RuntimeQueries(p.dtype));
+    *plan = planGroupNorm(p, dev, RuntimeQueries(p.dtype), explain);
     return plan->error;
 }
 

@@ -12,7 +12,7 @@ namespace trtgn {
 // group_norm_launch.cu: the current device, planned for, and the plan run.
 cudaError_t currentDevice(Device* dev);
 // The plan of a valid, non-empty problem; its error, if any, is returned too.
-cudaError_t planOnCurrentDevice(const Problem& p, Plan* plan);
+cudaError_t planOnCurrentDevice(const Problem& p, Plan* plan, bool explain);
 // Runs a plan (no error, not unsupported) on `stream`; the workspace holds
 // plan.workspace bytes.
 cudaError_t launchPlan(const Plan& plan, void* workspace, cudaStream_t stream);

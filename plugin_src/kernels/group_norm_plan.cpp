@@ -20,6 +20,7 @@ int elementBytes(trtgn_dtype_t d) { return d == TRTGN_DTYPE_FLOAT32 ? 4 : 2; }
 // Appends one verdict to plan->why (what trtgn_describe_plan reports after why=). Returns false,
 // so that a rule can reject and say why in one statement.
 bool because(Plan* plan, const char* fmt, ...) {
+    if (!plan->explain) return false;
     const size_t used = std::strlen(plan->why);
     if (used + 3 >= sizeof(plan->why)) return false;
     char* at = plan->why + used;
@@ -543,8 +544,8 @@ size_t partialsCapacity(const Problem& p) {
 // Statistics (about one wave of blocks, each a chunk of pixels or of a
 // group), finalisation (a block a group), application (the same blocks, in
 // reverse). Any size, layout and alignment.
-void planTwoPass(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
-    const int VEC = hasVectors(p) ? 16 / elementBytes(p.dtype) : 1;
+void planTwoPass(const Problem& p, bool vectors, const Device& dev, const KernelQueries& queries, Plan* out) {
+    const int VEC = vectors ? 16 / elementBytes(p.dtype) : 1;
     TwoPassArgs a = argsOf<TwoPassArgs>(p);
     a.n = p.n;
     a.hw = p.hw;
@@ -658,10 +659,12 @@ const char* pathName(Path p) {
 
 size_t workspaceBytes(const Problem& p) { return statsBytes(p) + alignUp(partialsCapacity(p) * sizeof(float2)); }
 
-Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries) {
+Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries, bool explain) {
     Plan plan;
     plan.problem = p;
-    if (!hasVectors(p)) {
+    plan.explain = explain;
+    const bool vectors = hasVectors(p);
+    if (!vectors) {
         because(&plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
                 16 / elementBytes(p.dtype));
     } else {
@@ -673,7 +676,7 @@ Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& que
         if (std::strlen(plan.why) > said + 2 && std::strstr(plan.why, plan.why + said + 2) < plan.why + said)
             plan.why[said] = '\0';
     }
-    planTwoPass(p, dev, queries, &plan);
+    planTwoPass(p, vectors, dev, queries, &plan);
     return plan;
 }
 

@@ -100,6 +100,7 @@ struct Plan {
     int64_t chunk = 0;          // units a block: pixels (NHWC grids, two-pass) or elements (NCHW grids)
     const char* partials = "";  // two-pass NHWC: "group" or "channel" partials
     size_t workspace = 0;       // bytes of workspace this plan uses (<= workspaceBytes())
+    bool explain = false;       // whether the planner writes why (trtgn_describe_plan; launches skip the text)
     char why[320] = "";         // each path's verdict in the order tried, "; "-separated
 
     ClusterPlan clusters{};
@@ -115,7 +116,8 @@ struct Plan {
 //   4. two passes: any size, layout and alignment.
 // Paths 1-3 need 16-byte vectors (aligned pointers; NHWC: C and the channel
 // stride multiples of the vector; NCHW: H*W a multiple of it).
-Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries);
+// explain: also write Plan::why (text formatting a launch need not pay for).
+Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries, bool explain);
 
 // The cluster plans' estimated cost above which the on-chip grid is faster
 // where it applies (fitted with the cost model's constants, see planClusters).

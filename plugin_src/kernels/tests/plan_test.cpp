@@ -149,7 +149,7 @@ const Expect kNoHopperShapes[] = {
 
 void checkExpect(const NamedDevice& d, const Expect& e, trtgn_dtype_t dtype) {
     const Sm90Queries queries;
-    const Plan q = planGroupNorm(problem(e.n, e.c, e.h, e.w, e.g, dtype, e.layout), d.dev, queries);
+    const Plan q = planGroupNorm(problem(e.n, e.c, e.h, e.w, e.g, dtype, e.layout), d.dev, queries, true);
     const char* layout = e.layout == NHWC ? "NHWC" : "NCHW";
     CHECK(q.error == cudaSuccess && q.unsupported == nullptr, "%s %s %s: no plan", d.name, e.name, layout);
     CHECK(q.path == e.path, "%s %s %s dtype %d: expected %s, planned %s", d.name, e.name, layout, int(dtype),
@@ -253,7 +253,13 @@ void sweep(const NamedDevice& d, int cases, uint64_t seed) {
         const int64_t cs = layout == NHWC && r.in(0, 7) == 0 ? c + r.in(1, 16) : c;
         const uintptr_t misalign = r.in(0, 15) == 0 ? 2 * uintptr_t(r.in(1, 7)) : 0;
         const Problem p = problem(n, c, h, w, g, dtype, layout, cs, misalign);
-        checkInvariants(d, p, planGroupNorm(p, d.dev, queries), pathCount);
+        const Plan q = planGroupNorm(p, d.dev, queries, true);
+        checkInvariants(d, p, q, pathCount);
+        // A launch's plan (no text) is the same plan.
+        const Plan l = planGroupNorm(p, d.dev, queries, false);
+        CHECK(l.why[0] == '\0' && l.path == q.path && l.gridX == q.gridX && l.gridY == q.gridY &&
+                  l.threads == q.threads && std::strcmp(l.kernel, q.kernel) == 0 && l.workspace == q.workspace,
+              "%s: the launch's plan differs from the described one", describe(q).c_str());
     }
     std::printf("%s: %d cases planned: clusters %d, on-chip grid %d, streaming grid %d, two-pass %d\n", d.name, planned,
                 pathCount[int(Path::kClusters)], pathCount[int(Path::kOnChipGrid)],
@@ -279,7 +285,7 @@ int main() {
     // The question a newcomer asks: 1x512x128x128 fp16 NHWC on an H100.
     {
         const Sm90Queries queries;
-        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries, true);
         std::printf("1x512x128x128 fp16 NHWC on an H100: %s\n", describe(q).c_str());
         std::printf("  why: %s\n", q.why);
         CHECK(std::strncmp(q.why, "clusters: estimate ", 19) == 0 &&
@@ -287,11 +293,11 @@ int main() {
                                      "slices") != nullptr,
               "why: %s", q.why);
         // Without 16-byte vectors (x 2 bytes off), the same shape takes two passes, element by element.
-        const Plan u = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 0, 2), kH100.dev, queries);
+        const Plan u = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 0, 2), kH100.dev, queries, true);
         CHECK(u.path == Path::kTwoPass && u.vec == 1, "unaligned x: planned %s", describe(u).c_str());
         CHECK(std::strncmp(u.why, "no 16-byte vectors", 18) == 0, "unaligned x: why %s", u.why);
         // Padded pixels (channel stride 520) keep vectors but not the grid's bulk copies.
-        const Plan s = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 520), kH100.dev, queries);
+        const Plan s = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 520), kH100.dev, queries, true);
         CHECK(s.path != Path::kOnChipGrid && s.path != Path::kStreamingGrid, "padded pixels: planned %s",
               describe(s).c_str());
         CHECK(std::strstr(s.why, "grid: padded pixels (channel stride over C)") != nullptr, "padded: why %s", s.why);
@@ -300,20 +306,20 @@ int main() {
     {
         Sm90Queries queries;
         queries.maps = false;
-        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries, true);
         CHECK(q.path == Path::kOnChipGrid && q.slices == 1, "no tensor maps: planned %s", describe(q).c_str());
     }
     // A failed query is the plan's error: nothing is planned around it.
     {
         Sm90Queries queries;
         queries.fail = cudaErrorInvalidDeviceFunction;
-        const Plan q = planGroupNorm(problem(1, 256, 512, 512, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries);
+        const Plan q = planGroupNorm(problem(1, 256, 512, 512, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries, true);
         CHECK(q.error == cudaErrorInvalidDeviceFunction, "failed query: error %d", int(q.error));
     }
     // Beyond CUDA's grid limits: unsupported, with a reason.
     {
         const Sm90Queries queries;
-        const Plan q = planGroupNorm(problem(int64_t(1) << 31, 1, 1, 1, 1, TRTGN_DTYPE_FLOAT32, NCHW), kH100.dev, queries);
+        const Plan q = planGroupNorm(problem(int64_t(1) << 31, 1, 1, 1, 1, TRTGN_DTYPE_FLOAT32, NCHW), kH100.dev, queries, true);
         CHECK(q.unsupported != nullptr, "2^31 (n, group) pairs planned %s", describe(q).c_str());
     }
     // The workspace bound grows with n and c only.
