@@ -494,10 +494,10 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
         a.pieceLen = slicePieceLen;
         a.tileCap = kMaxPieces * slicePieceLen;
     }
-    // Streaming NHWC where at least 3/4 of the image is head: its second read
+    // Streaming NHWC where at least half the image is head: its second read
     // keeps the next batch in flight while the current one is activated
     // (faster there; with less head it was no faster or slower).
-    if (nhwc && streaming && 4 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= 3 * p.hw)
+    if (nhwc && streaming && 2 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= p.hw)
         kernel = GridKernel::kStreamNHWCAhead;
 
     Plan& q = *out;
@@ -506,7 +506,10 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
     else
         because(out, "grid: every block's chunk fits its shared memory%s", a.log2Slices > 0 ? ", in channel slices" : "");
     q.path = streaming ? Path::kStreamingGrid : Path::kOnChipGrid;
-    q.kernel = !nhwc ? "gnPersistentNCHW" : streaming ? "gnStreamNHWC" : "gnOnChipNHWC";
+    q.kernel = !nhwc                                      ? "gnPersistentNCHW"
+               : kernel == GridKernel::kStreamNHWCAhead ? "gnStreamNHWC<ahead>"
+               : streaming                              ? "gnStreamNHWC"
+                                                        : "gnOnChipNHWC";
     q.vec = VEC;
     q.gridX = blocks;
     q.gridY = 1;

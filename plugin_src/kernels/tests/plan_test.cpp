@@ -309,6 +309,25 @@ int main() {
         const Plan q = planGroupNorm(problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries, true);
         CHECK(q.path == Path::kOnChipGrid && q.slices == 1, "no tensor maps: planned %s", describe(q).c_str());
     }
+    // Streaming NHWC loads a batch ahead in its second read where at least half the image is head:
+    // vae-dec-128x512 (about 62% head), 2x72x640x640 (78%), not 1x128x400x400 (37%).
+    {
+        const Sm90Queries queries;
+        struct {
+            int64_t n, c, h, w;
+            bool ahead;
+        } cases[] = {{1, 128, 512, 512, true}, {2, 72, 640, 640, true}, {1, 128, 400, 400, false}};
+        for (const auto& e : cases) {
+            const Plan q = planGroupNorm(problem(e.n, e.c, e.h, e.w, 8, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev, queries, true);
+            const GridArgs& a = q.grid.args;
+            const int64_t head = e.h * e.w - int64_t(a.blocksPer) * a.tileCap;
+            CHECK(q.path == Path::kStreamingGrid && (q.grid.kernel == GridKernel::kStreamNHWCAhead) == e.ahead &&
+                      (2 * head >= e.h * e.w) == e.ahead &&
+                      std::strcmp(q.kernel, e.ahead ? "gnStreamNHWC<ahead>" : "gnStreamNHWC") == 0,
+                  "%lldx%lldx%lldx%lld: head %lld of %lld pixels, planned %s", (long long)e.n, (long long)e.c,
+                  (long long)e.h, (long long)e.w, (long long)head, (long long)(e.h * e.w), describe(q).c_str());
+        }
+    }
     // A failed query is the plan's error: nothing is planned around it.
     {
         Sm90Queries queries;
