@@ -14,11 +14,14 @@ GPU = [pytest.mark.gpu, requires_cuda]
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def free_device_bytes() -> int:
-    """Free device memory with this process's cached blocks given back first: the caching
-    allocator keeps what earlier tests freed, and counted as used it skipped tests that fit."""
+def skip_unless_free(need: int) -> None:
+    """Skip the test unless `need` bytes of device memory are free, counted with this process's
+    cached blocks given back first: the caching allocator keeps what earlier tests freed, and
+    counted as used it skipped tests that fit."""
     torch.cuda.empty_cache()
-    return torch.cuda.mem_get_info()[0]
+    free = torch.cuda.mem_get_info()[0]
+    if free < need:
+        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
 
 
 def poison_(t: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 import torch
-from gpu_helpers import DTYPES, GPU, affine_for, free_device_bytes, launch, params_for, poison_, run_raw
+from gpu_helpers import DTYPES, GPU, affine_for, launch, params_for, poison_, run_raw, skip_unless_free
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,9 +42,7 @@ BIG_SHAPE = 1 << 27
 @pytest.mark.parametrize("activation", ["silu", "none"])
 def test_shape_list(shape, dtype, layout, activation):
     need = 20 * 8 * shape.numel  # x and y, the float64 reference and assert_close's float64 temporaries
-    free = free_device_bytes()
-    if free < need:
-        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    skip_unless_free(need)
     torch.manual_seed(zlib.crc32(f"{shape.name} {dtype} {layout} {activation}".encode()))
     x = (torch.randn(shape.size, device=DEVICE) * 2 + 0.5).to(dtype)
     # gamma/beta in x's dtype with SiLU, in fp32 without (both kinds on every shape and dtype)
@@ -242,9 +240,7 @@ def test_streaming_path(dtype, layout, size, groups):
 def test_streaming_limits(dtype, size, layout):
     numel = size[0] * size[1] * size[2] * size[3]
     need = 20 * 8 * numel  # x and y, the float64 reference and assert_close's float64 temporaries
-    free = free_device_bytes()
-    if free < need:
-        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    skip_unless_free(need)
     torch.manual_seed(sum(size) + 3)
     x = torch.empty(size, device=DEVICE, dtype=torch.float32)
     if dtype == torch.float32:
@@ -439,9 +435,7 @@ def test_in_place(layout, size):
 def test_more_than_2_pow_31_elements(layout):
     n, c, h, w, groups = 1, 32, 8192, 8200, 32  # 2.15e9 elements > 2**31
     need = 4 * n * c * h * w + (6 << 30)  # x, y in fp16, the NaN mask, the per-group reference
-    free = free_device_bytes()
-    if free < need:
-        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    skip_unless_free(need)
     torch.manual_seed(16)
     x = torch.empty((n, c, h, w), device=DEVICE, dtype=torch.float16,
                     memory_format=torch.channels_last if layout == "nhwc" else torch.contiguous_format)
@@ -465,9 +459,7 @@ def test_many_images_near_2_pow_31_elements(n):
     32-bit offsets, taken under 2**31 elements (8191 images); at 2**31 (8192) another path runs."""
     c, h, w, groups = 256, 32, 32, 16
     need = 4 * n * c * h * w + (1 << 30)
-    free = free_device_bytes()
-    if free < need:
-        pytest.skip(f"needs {need / 2**30:.1f} GiB of free device memory, {free / 2**30:.1f} GiB free")
+    skip_unless_free(need)
     torch.manual_seed(17)
     x = torch.empty((n, c, h, w), device=DEVICE, dtype=torch.float16, memory_format=torch.channels_last)
     x.normal_(0.25, 2.0)
