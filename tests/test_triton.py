@@ -25,6 +25,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import trt_gn
 from trt_gn import spec
 from trt_gn.cli import main as cli_main
 from trt_gn.engine import EngineBuildError
@@ -144,8 +145,32 @@ def test_static_model_fp32_and_several_inputs(tmp_path, files):
     write_model_repository(files["repo"], "u", files["plan"], RepositoryOptions(
         plugin_library=files["plugin"], onnx=multi, io_from="onnx", max_batch_size=2))
     config = parse_config(files["repo"] / "u" / "config.pbtxt")
-    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
-        ("latent", T("TYPE_BF16"), [4, -1, -1]), ("timestep", T("TYPE_INT64"), [])]
+    # A [batch] input under batching: dims [1] in the API, reshaped to the model's [] (Triton
+    # refuses empty dims; tests/test_triton_server.py shows it in the real server).
+    assert [(i.name, i.data_type, list(i.dims), i.HasField("reshape"), list(i.reshape.shape))
+            for i in config.input] == [("latent", T("TYPE_BF16"), [4, -1, -1], False, []),
+                                       ("timestep", T("TYPE_INT64"), [1], True, [])]
+    assert "    dims: [ 1 ]\n    reshape: { shape: [ ] }\n" in (files["repo"] / "u" / "config.pbtxt").read_text()
+
+
+def test_batch_only_outputs_are_reshaped_and_unbatched_configs_keep_the_batch(tmp_path, files):
+    scalar_out = tmp_path / "scalar_out.onnx"
+    model = onnx.load(io_model(scalar_out, extra=True))
+    model.graph.output.append(helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N"]))
+    onnx.save(model, scalar_out)
+    write_model_repository(files["repo"], "b", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=scalar_out, io_from="onnx", max_batch_size=3))
+    config = parse_config(files["repo"] / "b" / "config.pbtxt")
+    assert [(o.name, list(o.dims), o.HasField("reshape")) for o in config.output] == [
+        ("images", [3, -1, -1], False), ("score", [1], True)]
+    assert list(config.output[1].reshape.shape) == []
+    # Without Triton batching the batch is an ordinary dimension: [-1], no reshape.
+    write_model_repository(files["repo"], "u", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=scalar_out, io_from="onnx", max_batch_size=0))
+    config = parse_config(files["repo"] / "u" / "config.pbtxt")
+    assert [(t.name, list(t.dims), t.HasField("reshape")) for t in [*config.input, *config.output]] == [
+        ("latent", [-1, 4, -1, -1], False), ("timestep", [-1], False), ("images", [-1, 3, -1, -1], False),
+        ("score", [-1], False)]
 
 
 def test_names_are_quoted(tmp_path, files):
@@ -185,7 +210,9 @@ def test_overwrite_replaces_the_whole_model_folder(files):
     ({"model": ".hidden"}, "model name '.hidden' is not a valid folder name"),
     ({"model": "a/b"}, "model name 'a/b' is not a valid folder name"),
     ({"plan": "missing.plan"}, "does not exist"),
-    ({"plan": "vae.onnx"}, "must end in .plan or .engine"),
+    ({"plan": spec.PLUGIN_LIBRARY}, "must end in .plan or .engine"),
+    ({"plan": "vae.onnx"}, "vae.onnx is an ONNX model: Triton's TensorRT backend serves an engine built from it; "
+                           "an ONNX model is served with --backend python (onnxruntime)"),
     ({"max_batch_size": None}, "the model's batch dimension is dynamic: give --max-batch-size"),
     ({"max_batch_size": -1}, "--max-batch-size must be in 0..2147483647"),
     ({"max_batch_size": 0, "dynamic_batching": True}, "dynamic batching needs --max-batch-size > 0"),
@@ -273,6 +300,18 @@ def test_triton_cli_error_is_one_line_with_hint_and_exit_2(files, capsys):
                    "  hint: use the MAX of --batch given to `trt-gn build` (TensorRT is not importable here to "
                    "read it from the engine)"]
     assert not files["repo"].exists()
+
+
+def test_triton_cli_onnx_without_python_backend_says_how_to_serve_it(files, capsys):
+    before = files["onnx"].read_bytes()
+    code = cli_main(["triton", str(files["onnx"]), "--repository", str(files["repo"])])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trt-gn triton: error: {files['onnx']} is an ONNX model: Triton's TensorRT backend serves an engine built "
+        f"from it; an ONNX model is served with --backend python (onnxruntime)",
+        f"  hint: `trt-gn triton {files['onnx']} --backend python --repository {files['repo']}`, or build an engine "
+        f"first: `trt-gn build {files['onnx']}` and pass the .plan"]
+    assert not files["repo"].exists() and files["onnx"].read_bytes() == before
 
 
 @pytest.mark.skipif(HAVE_TENSORRT, reason="TensorRT is installed")
@@ -418,7 +457,7 @@ def _function_model(path: Path, bare: bool = False) -> Path:
 
 
 def test_python_repository_layout_and_config(tmp_path):
-    from trt_gn.triton import PYTHON_MODEL_SOURCE, write_python_repository
+    from trt_gn.triton import python_model_source, write_python_repository
 
     model = _function_model(tmp_path / "m.onnx")
     result = write_python_repository(tmp_path / "repo", "vae", model)
@@ -428,9 +467,10 @@ def test_python_repository_layout_and_config(tmp_path):
     assert config.backend == "python" and config.platform == "" and config.max_batch_size == 0
     assert [tuple(i.dims) for i in config.input] == [(-1, 4, -1, -1)]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
-    assert result.model_py.read_text() == PYTHON_MODEL_SOURCE
+    # model.py is the package's file, copied as is.
+    shipped = Path(trt_gn.__file__).parent / "triton_models" / "onnxruntime_model.py"
+    assert result.model_py.read_text() == python_model_source() == shipped.read_text()
     assert result.onnx.read_bytes() == model.read_bytes() or onnx.load(str(result.onnx)).graph.node[0].op_type == spec.PLUGIN_NAME
-    compile(PYTHON_MODEL_SOURCE, "model.py", "exec")
 
 
 def test_python_repository_refuses_a_bare_model_and_writes_nothing(tmp_path):
