@@ -1,15 +1,22 @@
-"""trt_gn.triton, `trt-gn triton` and examples/triton_client.py, without a Triton server.
+"""trt_gn.triton, `trt-gn triton`, `trt-gn serve`'s checks and examples/triton_client.py, without a
+Triton server.
 
 The written config.pbtxt is parsed with Triton's own model-config schema (tritonclient ships
-model_config_pb2) and every field is checked. The engine, plugin and autoload-shim files here are
-placeholder bytes (no TensorRT on this machine): the tests check that they are copied into the right place,
-not that Triton can run them. Dims/types are read from the ONNX model (--io-from onnx); reading
-them from an engine needs TensorRT and a GPU and is not covered here.
+model_config_pb2) and every field is checked, the [batch] tensors' dims [1] + reshape included. The
+engine, plugin and autoload-shim files here are placeholder bytes (no TensorRT on this machine): the
+tests check that they are copied into the right place, not that Triton can run them. Dims/types are
+read from the ONNX model (--io-from onnx); reading them from an engine needs TensorRT and a GPU and
+is not covered here. A real TensorRT-RTX plan, built here from `trt-gn export`'s tiny VAE decoder
+(skipped where TensorRT-RTX or the plugin is missing), is refused with the reason. The Python
+backend's model.py is the package's file: its initialize() runs with this onnxruntime (a CPU
+session; a GPU instance refused without the CUDA provider), and the providers it asks for put a GPU
+instance on its own device.
 
 The client example is tested on its request construction (tritonclient's own request
 encoders), response decoding (responses assembled in the KServe v2 format the server uses,
-not recorded from a live server) and the comparison with onnxruntime. The round trip through a
-real tritonserver, and the configs loaded by it, are tests/test_triton_server.py's.
+not recorded from a live server), the shapes of reshaped tensors and the comparison with
+onnxruntime. The round trip through a real tritonserver, the configs loaded by it and `trt-gn serve`
+are tests/test_triton_server.py's.
 """
 
 from __future__ import annotations
