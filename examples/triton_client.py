@@ -7,7 +7,9 @@ onnxruntime running the fused ONNX model (its model-local function makes it runn
 
     python examples/triton_client.py --onnx model.onnx --model model --protocol http --url localhost:8000
 
-Prints max abs/rel error per output and exits 0 when every output is within tolerance
+The model's config is read from the server: a tensor it reshapes (a [batch] tensor under batching
+is dims [ 1 ] with reshape: { shape: [ ] }) is sent as [batch, 1] and its answer compared in the
+model's shape. Prints max abs/rel error per output and exits 0 when every output is within tolerance
 (|triton - onnxruntime| <= atol + rtol * |onnxruntime| everywhere), 1 when not, 2 for bad
 arguments, 3 when the server cannot be reached or rejects the request.
 
@@ -141,12 +143,36 @@ def build_request(protocol: str, feeds: dict[str, np.ndarray], output_names: lis
     return inputs, outputs
 
 
+def _reshaped(config: dict, kind: str) -> dict[str, tuple[list[int], list[int]]]:
+    """name -> (dims, reshape shape) of the config's ``kind`` ("input"/"output") tensors with reshape."""
+    return {t["name"]: ([int(d) for d in t.get("dims", [])], [int(d) for d in t["reshape"].get("shape", [])])
+            for t in config.get(kind, []) if "reshape" in t}
+
+
+def to_request_shapes(config: dict, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's tensors in the shapes the server's API takes: a tensor with ``reshape`` in the
+    config is sent in its ``dims`` (under batching, a [batch] tensor goes as [batch, 1])."""
+    batched = int(config.get("max_batch_size", 0)) > 0
+    reshaped = _reshaped(config, "input")
+    return {name: (array.reshape(([array.shape[0]] if batched else []) + reshaped[name][0]) if name in reshaped
+                   else array) for name, array in feeds.items()}
+
+
+def to_model_shapes(config: dict, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The server's answers in the model's own shapes (the inverse of ``to_request_shapes``, for outputs)."""
+    batched = int(config.get("max_batch_size", 0)) > 0
+    reshaped = _reshaped(config, "output")
+    return {name: (array.reshape(([array.shape[0]] if batched else []) + reshaped[name][1])
+                   if name in reshaped and array is not None else array) for name, array in outputs.items()}
+
+
 def triton_infer(protocol: str, url: str, model: str, feeds: dict[str, np.ndarray], output_names: list[str],
                  version: str = "", timeout_s: float = 60.0) -> dict[str, np.ndarray]:
+    """Send ``feeds`` (the model's shapes) and return its outputs (the model's shapes): the model's
+    config, read from the server, says which tensors the API shapes differently (reshape)."""
     from tritonclient.utils import InferenceServerException
 
     module = client_module(protocol)
-    inputs, outputs = build_request(protocol, feeds, output_names)
     try:
         if protocol == "http":
             client = module.InferenceServerClient(url=url, network_timeout=timeout_s)
@@ -154,12 +180,15 @@ def triton_infer(protocol: str, url: str, model: str, feeds: dict[str, np.ndarra
             client = module.InferenceServerClient(url=url)
         if not client.is_model_ready(model, version):
             raise ClientError(f"model '{model}' is not ready on {url}")
+        config = (client.get_model_config(model, version) if protocol == "http"
+                  else client.get_model_config(model, version, as_json=True)["config"])
+        inputs, outputs = build_request(protocol, to_request_shapes(config, feeds), output_names)
         result = client.infer(model, inputs, model_version=version, outputs=outputs)
     except InferenceServerException as exc:
         raise ClientError(f"Triton at {url} ({protocol}): {exc}") from exc
     except OSError as exc:  # connection refused and similar
         raise ClientError(f"cannot reach Triton at {url} ({protocol}): {exc}") from exc
-    return {name: result.as_numpy(name) for name in output_names}
+    return to_model_shapes(config, {name: result.as_numpy(name) for name in output_names})
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,8 @@ def test_fused_count_equals_group_norm_count(runs, report):
     original = onnx.load(str(out / f"{name}.onnx"))
     fused = onnx.load(str(out / f"{name}.fused.onnx"))
     assert sum(n.op_type == "InstanceNormalization" for n in original.graph.node) == n_gn
+    # the output named by the recipe (not after the op that makes it), through the fusion too
+    assert [o.name for o in original.graph.output] == [o.name for o in fused.graph.output] == ["image"]
     nodes = [n for n in fused.graph.node if n.domain == spec.ONNX_DOMAIN and n.op_type == spec.PLUGIN_NAME]
     assert len(nodes) == n_gn
     assert not [n for n in fused.graph.node if n.op_type in ("InstanceNormalization", "GroupNormalization")]

@@ -1,15 +1,22 @@
-"""trt_gn.triton, `trt-gn triton` and examples/triton_client.py, without a Triton server.
+"""trt_gn.triton, `trt-gn triton`, `trt-gn serve`'s checks and examples/triton_client.py, without a
+Triton server.
 
 The written config.pbtxt is parsed with Triton's own model-config schema (tritonclient ships
-model_config_pb2) and every field is checked. The engine, plugin and autoload-shim files here are
-placeholder bytes (no TensorRT on this machine): the tests check that they are copied into the right place,
-not that Triton can run them. Dims/types are read from the ONNX model (--io-from onnx); reading
-them from an engine needs TensorRT and a GPU and is not covered here.
+model_config_pb2) and every field is checked, the [batch] tensors' dims [1] + reshape included. The
+engine, plugin and autoload-shim files here are placeholder bytes (no TensorRT on this machine): the
+tests check that they are copied into the right place, not that Triton can run them. Dims/types are
+read from the ONNX model (--io-from onnx); reading them from an engine needs TensorRT and a GPU and
+is not covered here. A real TensorRT-RTX plan, built here from `trt-gn export`'s tiny VAE decoder
+(skipped where TensorRT-RTX or the plugin is missing), is refused with the reason. The Python
+backend's model.py is the package's file: its initialize() runs with this onnxruntime (a CPU
+session; a GPU instance refused without the CUDA provider), and the providers it asks for put a GPU
+instance on its own device.
 
 The client example is tested on its request construction (tritonclient's own request
 encoders), response decoding (responses assembled in the KServe v2 format the server uses,
-not recorded from a live server) and the comparison with onnxruntime. The round trip through a
-real tritonserver, and the configs loaded by it, are tests/test_triton_server.py's.
+not recorded from a live server), the shapes of reshaped tensors and the comparison with
+onnxruntime. The round trip through a real tritonserver, the configs loaded by it and `trt-gn serve`
+are tests/test_triton_server.py's.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import trt_gn
 from trt_gn import spec
 from trt_gn.cli import main as cli_main
 from trt_gn.engine import EngineBuildError
@@ -144,8 +152,32 @@ def test_static_model_fp32_and_several_inputs(tmp_path, files):
     write_model_repository(files["repo"], "u", files["plan"], RepositoryOptions(
         plugin_library=files["plugin"], onnx=multi, io_from="onnx", max_batch_size=2))
     config = parse_config(files["repo"] / "u" / "config.pbtxt")
-    assert [(i.name, i.data_type, list(i.dims)) for i in config.input] == [
-        ("latent", T("TYPE_BF16"), [4, -1, -1]), ("timestep", T("TYPE_INT64"), [])]
+    # A [batch] input under batching: dims [1] in the API, reshaped to the model's [] (Triton
+    # refuses empty dims; tests/test_triton_server.py shows it in the real server).
+    assert [(i.name, i.data_type, list(i.dims), i.HasField("reshape"), list(i.reshape.shape))
+            for i in config.input] == [("latent", T("TYPE_BF16"), [4, -1, -1], False, []),
+                                       ("timestep", T("TYPE_INT64"), [1], True, [])]
+    assert "    dims: [ 1 ]\n    reshape: { shape: [ ] }\n" in (files["repo"] / "u" / "config.pbtxt").read_text()
+
+
+def test_batch_only_outputs_are_reshaped_and_unbatched_configs_keep_the_batch(tmp_path, files):
+    scalar_out = tmp_path / "scalar_out.onnx"
+    model = onnx.load(io_model(scalar_out, extra=True))
+    model.graph.output.append(helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N"]))
+    onnx.save(model, scalar_out)
+    write_model_repository(files["repo"], "b", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=scalar_out, io_from="onnx", max_batch_size=3))
+    config = parse_config(files["repo"] / "b" / "config.pbtxt")
+    assert [(o.name, list(o.dims), o.HasField("reshape")) for o in config.output] == [
+        ("images", [3, -1, -1], False), ("score", [1], True)]
+    assert list(config.output[1].reshape.shape) == []
+    # Without Triton batching the batch is an ordinary dimension: [-1], no reshape.
+    write_model_repository(files["repo"], "u", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=scalar_out, io_from="onnx", max_batch_size=0))
+    config = parse_config(files["repo"] / "u" / "config.pbtxt")
+    assert [(t.name, list(t.dims), t.HasField("reshape")) for t in [*config.input, *config.output]] == [
+        ("latent", [-1, 4, -1, -1], False), ("timestep", [-1], False), ("images", [-1, 3, -1, -1], False),
+        ("score", [-1], False)]
 
 
 def test_names_are_quoted(tmp_path, files):
@@ -185,7 +217,9 @@ def test_overwrite_replaces_the_whole_model_folder(files):
     ({"model": ".hidden"}, "model name '.hidden' is not a valid folder name"),
     ({"model": "a/b"}, "model name 'a/b' is not a valid folder name"),
     ({"plan": "missing.plan"}, "does not exist"),
-    ({"plan": "vae.onnx"}, "must end in .plan or .engine"),
+    ({"plan": spec.PLUGIN_LIBRARY}, "must end in .plan or .engine"),
+    ({"plan": "vae.onnx"}, "vae.onnx is an ONNX model: Triton's TensorRT backend serves an engine built from it; "
+                           "an ONNX model is served with --backend python (onnxruntime)"),
     ({"max_batch_size": None}, "the model's batch dimension is dynamic: give --max-batch-size"),
     ({"max_batch_size": -1}, "--max-batch-size must be in 0..2147483647"),
     ({"max_batch_size": 0, "dynamic_batching": True}, "dynamic batching needs --max-batch-size > 0"),
@@ -273,6 +307,18 @@ def test_triton_cli_error_is_one_line_with_hint_and_exit_2(files, capsys):
                    "  hint: use the MAX of --batch given to `trt-gn build` (TensorRT is not importable here to "
                    "read it from the engine)"]
     assert not files["repo"].exists()
+
+
+def test_triton_cli_onnx_without_python_backend_says_how_to_serve_it(files, capsys):
+    before = files["onnx"].read_bytes()
+    code = cli_main(["triton", str(files["onnx"]), "--repository", str(files["repo"])])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"trt-gn triton: error: {files['onnx']} is an ONNX model: Triton's TensorRT backend serves an engine built "
+        f"from it; an ONNX model is served with --backend python (onnxruntime)",
+        f"  hint: `trt-gn triton {files['onnx']} --backend python --repository {files['repo']}`, or build an engine "
+        f"first: `trt-gn build {files['onnx']}` and pass the .plan"]
+    assert not files["repo"].exists() and files["onnx"].read_bytes() == before
 
 
 @pytest.mark.skipif(HAVE_TENSORRT, reason="TensorRT is installed")
@@ -418,7 +464,7 @@ def _function_model(path: Path, bare: bool = False) -> Path:
 
 
 def test_python_repository_layout_and_config(tmp_path):
-    from trt_gn.triton import PYTHON_MODEL_SOURCE, write_python_repository
+    from trt_gn.triton import python_model_source, write_python_repository
 
     model = _function_model(tmp_path / "m.onnx")
     result = write_python_repository(tmp_path / "repo", "vae", model)
@@ -428,9 +474,10 @@ def test_python_repository_layout_and_config(tmp_path):
     assert config.backend == "python" and config.platform == "" and config.max_batch_size == 0
     assert [tuple(i.dims) for i in config.input] == [(-1, 4, -1, -1)]
     assert config.instance_group[0].kind == model_config_pb2.ModelInstanceGroup.KIND_CPU
-    assert result.model_py.read_text() == PYTHON_MODEL_SOURCE
+    # model.py is the package's file, copied as is.
+    shipped = Path(trt_gn.__file__).parent / "triton_models" / "onnxruntime_model.py"
+    assert result.model_py.read_text() == python_model_source() == shipped.read_text()
     assert result.onnx.read_bytes() == model.read_bytes() or onnx.load(str(result.onnx)).graph.node[0].op_type == spec.PLUGIN_NAME
-    compile(PYTHON_MODEL_SOURCE, "model.py", "exec")
 
 
 def test_python_repository_refuses_a_bare_model_and_writes_nothing(tmp_path):
@@ -453,3 +500,159 @@ def test_cli_python_backend(tmp_path, capsys):
                      "--onnx", str(model)]) == 2
     assert "belong to the TensorRT backend" in capsys.readouterr().err
     assert not (tmp_path / "r2").exists()
+
+
+# ---- model.py: where the Python backend's instances run ------------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_py():
+    """trt_gn/triton_models/onnxruntime_model.py, imported as Triton's stub would (it needs
+    triton_python_backend_utils only to answer requests, not to set up)."""
+    path = Path(trt_gn.__file__).parent / "triton_models" / "onnxruntime_model.py"
+    module_spec = importlib.util.spec_from_file_location("trt_gn_model_py", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def test_model_py_places_instances_on_their_kind_and_device(model_py):
+    cuda, cpu = "CUDAExecutionProvider", "CPUExecutionProvider"
+    assert model_py.session_providers("CPU", 0, [cuda, cpu]) == [cpu]
+    assert model_py.session_providers("GPU", 3, [cuda, cpu]) == [(cuda, {"device_id": 3}), cpu]
+    with pytest.raises(model_py.InstanceError, match=r"^a KIND_GPU instance needs onnxruntime's CUDAExecutionProvider, "
+                                                     r"which this server's onnxruntime does not have \(it has "
+                                                     r"CPUExecutionProvider\): install onnxruntime-gpu"):
+        model_py.session_providers("GPU", 0, [cpu])
+    with pytest.raises(model_py.InstanceError, match="instance kind 'MODEL' is not supported"):
+        model_py.session_providers("MODEL", 0, [cpu])
+
+
+def test_model_py_initialize_with_this_onnxruntime(model_py, tmp_path):
+    """The real initialize() over a repository written here: a CPU instance gets a CPU session; a GPU
+    instance refuses to load where onnxruntime has no CUDA provider, rather than run on the CPU."""
+    import onnxruntime as ort
+
+    from trt_gn.triton import write_python_repository
+
+    result = write_python_repository(tmp_path / "repo", "m", _function_model(tmp_path / "m.onnx"))
+    config = json.dumps({"output": [{"name": "images"}]})
+    args = {"model_repository": str(result.model_dir), "model_version": "1", "model_config": config,
+            "model_instance_kind": "CPU", "model_instance_device_id": "0"}
+    cpu = model_py.TritonPythonModel()
+    cpu.initialize(args)
+    assert cpu.session.get_providers() == ["CPUExecutionProvider"] and cpu.inputs == ["latent"]
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has the CUDA provider: the refusal cannot be shown here")
+    with pytest.raises(model_py.InstanceError, match="a KIND_GPU instance needs onnxruntime's CUDAExecutionProvider"):
+        model_py.TritonPythonModel().initialize(dict(args, model_instance_kind="GPU", model_instance_device_id="1"))
+
+
+# ---- TensorRT-RTX plans ------------------------------------------------------------------------------
+
+def test_rtx_header_rule_reads_only_the_header(tmp_path):
+    from trt_gn.triton import tensorrt_rtx_plan_version
+
+    cases = {"rtx": b"vtrt" + bytes(20) + bytes([1, 7, 1, 116]) + bytes(16), "tensorrt": b"ftrt" + bytes(40),
+             "vtrt-with-a-tensorrt-version": b"vtrt" + bytes(20) + bytes([10, 16, 0, 1]) + bytes(16),
+             "short": b"vtrt" + bytes(4), "text": b"placeholder engine bytes " * 4}
+    found = {}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        found[name] = tensorrt_rtx_plan_version(tmp_path / name)
+    assert found == {"rtx": "1.7.1.116", "tensorrt": None, "vtrt-with-a-tensorrt-version": None, "short": None,
+                     "text": None}
+
+
+def test_triton_refuses_a_real_tensorrt_rtx_plan(tmp_path, capsys):
+    """A plan built here by TensorRT-RTX from `trt-gn export`'s tiny VAE decoder is refused with the
+    reason, nothing written, the plan untouched."""
+    import hashlib
+
+    from trt_gn import _lib, engine
+    from trt_gn.triton import tensorrt_rtx_plan_version
+
+    try:
+        rtx = engine.import_tensorrt_rtx()
+    except engine.TensorRTNotInstalledError as exc:
+        pytest.skip(f"{exc.message} ({exc.hint})")
+    try:
+        plugin = _lib.find_plugin_library()
+    except FileNotFoundError as exc:
+        pytest.skip(f"the plugin library is not built: {str(exc).splitlines()[0]}")
+    pytest.importorskip("diffusers", reason="diffusers is not installed (the export needs it)")
+    model, plan, repo = tmp_path / "vae.onnx", tmp_path / "vae.plan", tmp_path / "models"
+    assert cli_main(["export", "tiny-vae-decoder", str(model)]) == 0
+    # The exporter names the output for what it is, not after the op that makes it.
+    assert [o.name for o in onnx.load(str(model), load_external_data=False).graph.output] == ["image"]
+    assert cli_main(["build", str(model), "-o", str(plan), "--builder", "tensorrt-rtx", "--plugin", str(plugin),
+                     "--batch", "1:1:2", "--height", "8:16:16", "--width", "8:16:16", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert tensorrt_rtx_plan_version(plan) == rtx.__version__
+    digest = hashlib.sha256(plan.read_bytes()).hexdigest()
+    code = cli_main(["triton", str(plan), "--repository", str(repo), "--onnx", str(model), "--io-from", "onnx",
+                     "--max-batch-size", "2", "--plugin", str(plugin)])
+    assert code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"trt-gn triton: error: engine {plan} is a TensorRT-RTX plan (TensorRT-RTX {rtx.__version__}): Triton's "
+        f"TensorRT backend deserializes TensorRT plans only, so it cannot load this model",
+        "  hint: serve the fused ONNX model with `trt-gn triton MODEL.onnx --backend python`, or build a TensorRT "
+        "engine with `trt-gn build --builder tensorrt` on a GPU"]
+    assert not repo.exists() and hashlib.sha256(plan.read_bytes()).hexdigest() == digest
+
+
+# ---- the client's shapes for reshaped tensors -----------------------------------------------------------
+
+@pytest.mark.parametrize("dims", [[1], ["1"]])  # HTTP's JSON has numbers, gRPC's as_json strings
+def test_client_sends_batch_only_tensors_as_the_config_says(client, dims):
+    config = {"max_batch_size": "4" if dims == ["1"] else 4,
+              "input": [{"name": "sample", "dims": [4, -1, -1]}, {"name": "timestep", "dims": dims, "reshape": {}}],
+              "output": [{"name": "noise_pred", "dims": [4, -1, -1]}, {"name": "score", "dims": dims,
+                                                                      "reshape": {"shape": []}}]}
+    feeds = {"sample": np.zeros((3, 4, 2, 2), np.float32), "timestep": np.arange(3, dtype=np.float32)}
+    sent = client.to_request_shapes(config, feeds)
+    assert sent["sample"] is feeds["sample"] and sent["timestep"].shape == (3, 1)
+    assert np.array_equal(sent["timestep"][:, 0], feeds["timestep"])
+    answered = client.to_model_shapes(config, {"noise_pred": np.ones((3, 4, 2, 2)), "score": np.ones((3, 1))})
+    assert answered["noise_pred"].shape == (3, 4, 2, 2) and answered["score"].shape == (3,)
+    unbatched = dict(config, max_batch_size=0)
+    unbatched["input"] = [{"name": "timestep", "dims": [-1]}]
+    assert client.to_request_shapes(unbatched, {"timestep": feeds["timestep"]})["timestep"].shape == (3,)
+
+
+# ---- trt-gn serve without a server -------------------------------------------------------------------------
+
+def test_serve_help_and_a_home_without_a_server(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["serve", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for text in ("--print-command", "--disable-auto-complete-config", "scripts/setup_tritonserver.sh",
+                 "Ctrl-C", "exit codes:"):
+        assert text in out
+    repo = tmp_path / "models"
+    repo.mkdir()
+    assert cli_main(["serve", str(repo), "--home", str(tmp_path / "nowhere")]) == 3
+    assert capsys.readouterr().err.splitlines() == [
+        f"trt-gn serve: error: --home {tmp_path / 'nowhere'}: no bin/tritonserver there",
+        "  hint: give the folder that holds bin/tritonserver, or run `bash scripts/setup_tritonserver.sh DIR`"]
+    assert cli_main(["serve", str(repo), "--http-port", "8000", "--grpc-port", "8000"]) == 2
+    assert "trt-gn serve: error: the HTTP, gRPC and metrics ports must differ, got 8000, 8000, 8002" in \
+        capsys.readouterr().err
+
+
+def test_plugin_shims_reach_the_tensorrt_backend_once_per_distinct_file(tmp_path, files):
+    from trt_gn import tritonserver
+
+    repo = tmp_path / "models"
+    for name in ("a", "b"):
+        write_model_repository(repo, name, files["plan"], RepositoryOptions(
+            plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=2))
+    (repo / "b" / spec.PLUGIN_AUTOLOAD_LIBRARY).write_bytes(b"another build of the shim")
+    write_model_repository(repo, "c", files["plan"], RepositoryOptions(
+        plugin_library=files["plugin"], onnx=files["onnx"], io_from="onnx", max_batch_size=2))
+    models = tritonserver.scan_repository(repo)
+    assert models.tensorrt == ("a", "b", "c") and models.python == ()
+    assert models.plugin_shims == (repo / "a" / spec.PLUGIN_AUTOLOAD_LIBRARY, repo / "b" / spec.PLUGIN_AUTOLOAD_LIBRARY)
+    assert tritonserver.container_command(repo) == (
+        f"tritonserver --model-repository={repo} '--backend-config=tensorrt,plugins="
+        f"{repo}/a/{spec.PLUGIN_AUTOLOAD_LIBRARY};{repo}/b/{spec.PLUGIN_AUTOLOAD_LIBRARY}'")

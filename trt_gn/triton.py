@@ -13,22 +13,29 @@ the libraries it is given, which registers nothing for a TensorRT 10 plugin libr
 server with ``--backend-config=tensorrt,plugins=<repository>/<model>/libtrt_gn_plugin_autoload.so``
 (or ``LD_PRELOAD=<repository>/<model>/libtrt_gn_plugin_autoload.so``), whose constructor calls
 IPluginRegistry::loadLibrary on the libtrt_gn_plugin.so beside it (plugin_src/plugin/README.md);
-``RepositoryResult.server_command`` spells it out.
+``RepositoryResult.server_command`` spells it out, and trt_gn.tritonserver starts a server.
 
 Input/output names, element types and dimensions come from the engine when TensorRT
 is importable here (the plan is deserialized, so a GPU is needed too), otherwise from
-the ONNX model. The model folder is assembled in a hidden staging folder of the
-repository and renamed into place, so a failure never leaves a half-written model.
+the ONNX model. Under batching (max_batch_size > 0) a tensor shaped ``[batch]`` (the UNet's
+``timestep``) is written ``dims: [ 1 ]`` with ``reshape: { shape: [ ] }``, the form Triton's
+model-configuration guide gives: Triton refuses empty ``dims``. A TensorRT-RTX plan is refused
+(recognised by its header): Triton's TensorRT backend cannot deserialize it. The model folder is
+assembled in a hidden staging folder of the repository and renamed into place, so a failure never
+leaves a half-written model.
 
 Python backend (``backend: "python"``), where TensorRT is not available::
 
-    config.pbtxt                    backend "python", inputs/outputs from the ONNX model, KIND_CPU
-    <version>/model.py              onnxruntime session over model.onnx (CUDA EP where installed)
+    config.pbtxt                    backend "python", inputs/outputs from the ONNX model;
+                                    KIND_CPU instances, or KIND_GPU on the given GPUs
+    <version>/model.py              onnxruntime session over model.onnx (trt_gn/triton_models/)
     <version>/model.onnx            the fused model (+ model.onnx.data when it has external data)
 
-onnxruntime runs the trt_gn node through its model-local function, so the model must carry it
-(the exporter's default; not ``--bare``). The server's Python environment needs numpy and
-onnxruntime (onnxruntime-gpu for the CUDA EP).
+model.py runs KIND_CPU instances on onnxruntime's CPU provider and KIND_GPU instances on its CUDA
+provider on the instance's device, refusing to load where the server's onnxruntime has no CUDA
+provider. onnxruntime runs the trt_gn node through its model-local function, so the model must
+carry it (the exporter's default; not ``--bare``). The server's Python environment needs numpy
+and onnxruntime (onnxruntime-gpu for GPU instances).
 """
 
 from __future__ import annotations
@@ -53,44 +60,14 @@ BACKENDS = ("tensorrt", "python")
 PYTHON_MODEL_FILE = "model.py"
 PYTHON_ONNX_FILE = "model.onnx"
 
-# The Python backend's model: one onnxruntime session over the fused ONNX model beside it. Each
-# request runs as sent (its batch is dimension 0 of its tensors); an error answers that request.
-PYTHON_MODEL_SOURCE = '''\
-"""Triton Python backend model written by `trt-gn triton --backend python`: serves model.onnx
-(a trt_gn fused model; onnxruntime runs its GroupNormAct nodes through their model-local function)."""
+# The Python backend's model.py, shipped in the package (trt_gn/triton_models/) and copied as is.
+PYTHON_MODEL_TEMPLATE = ("triton_models", "onnxruntime_model.py")
 
-import json
-import os
-
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        folder = os.path.join(args["model_repository"], args["model_version"])
-        config = json.loads(args["model_config"])
-        preferred = ["CUDAExecutionProvider"] if args.get("model_instance_kind") == "GPU" else []
-        available = ort.get_available_providers()
-        providers = [p for p in preferred if p in available] + ["CPUExecutionProvider"]
-        self.session = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=providers)
-        self.inputs = [i.name for i in self.session.get_inputs()]
-        self.outputs = [o["name"] for o in config["output"]]
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                feeds = {name: pb_utils.get_input_tensor_by_name(request, name).as_numpy() for name in self.inputs}
-                results = self.session.run(self.outputs, feeds)
-                tensors = [pb_utils.Tensor(name, np.ascontiguousarray(value))
-                           for name, value in zip(self.outputs, results)]
-                responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
-            except Exception as exc:  # one bad request must not take the model down
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))))
-        return responses
-'''
+# A plan's header (read without TensorRT): bytes 0..3 a magic, bytes 24..27 the major, minor,
+# patch and build of the library that built it. TensorRT plans begin "ftrt"; TensorRT-RTX plans
+# begin "vtrt" and carry a TensorRT-RTX version (1.x; TensorRT's own are 8 and later).
+TENSORRT_RTX_PLAN_MAGIC = b"vtrt"
+_PLAN_VERSION_OFFSET = 24
 
 MAX_BATCH_SIZE_LIMIT = 2**31 - 1  # max_batch_size is an int32 in Triton's model config
 
@@ -168,20 +145,25 @@ def model_config_text(name: str, inputs: Sequence[TensorSpec], outputs: Sequence
     ``backend`` "tensorrt": platform tensorrt_plan, GPU instances; "python": the Python backend
     (model.py), CPU instances unless ``gpus`` are given.
 
-    With max_batch_size > 0, Triton owns dimension 0 (the batch): it is left out of ``dims``.
-    Dynamic dimensions are -1.
+    With max_batch_size > 0, Triton owns dimension 0 (the batch): it is left out of ``dims``, and a
+    tensor shaped ``[batch]`` becomes ``dims: [ 1 ]`` with ``reshape: { shape: [ ] }`` (requests
+    carry ``[batch, 1]``, the model gets ``[batch]``). Dynamic dimensions are -1.
     """
 
     def tensor_block(t: TensorSpec) -> str:
         if t.dtype not in ONNX_TO_TRITON_DTYPE:
             raise RepositoryError(f"tensor '{t.name}' has type {t.dtype}, which Triton has no type for")
         dims = t.shape[1:] if max_batch_size > 0 else t.shape
-        dims_text = ", ".join("-1" if d is None else str(d) for d in dims)
+        # A [batch] tensor has no dims of its own under batching, and Triton refuses empty dims:
+        # it is [1] in the API and reshaped to the model's [] (Triton's model-configuration guide).
+        scalar = max_batch_size > 0 and len(t.shape) == 1
+        dims_text = "1" if scalar else ", ".join("-1" if d is None else str(d) for d in dims)
         return ("  {\n"
                 f"    name: {_quote(t.name)}\n"
                 f"    data_type: {ONNX_TO_TRITON_DTYPE[t.dtype]}\n"
                 f"    dims: [ {dims_text} ]\n"
-                "  }")
+                + ("    reshape: { shape: [ ] }\n" if scalar else "")
+                + "  }")
 
     if backend not in BACKENDS:
         raise RepositoryError(f"unknown backend '{backend}'", f"choose one of {', '.join(BACKENDS)}")
@@ -288,13 +270,26 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
     repo = Path(repository)
     plan = Path(plan)
     # -- every check before anything is written --------------------------------------------
-    _check_common(repo, model_name, options)
+    if plan.suffix.lower() == ".onnx":
+        raise RepositoryError(
+            f"{plan} is an ONNX model: Triton's TensorRT backend serves an engine built from it; an ONNX "
+            f"model is served with --backend python (onnxruntime)",
+            f"`trt-gn triton {plan} --backend python --repository {repo}`, or build an engine first: "
+            f"`trt-gn build {plan}` and pass the .plan")
     if not plan.is_file():
         raise RepositoryError(f"engine {plan} does not exist", "build it with `trt-gn build`")
     if plan.suffix.lower() not in PLAN_SUFFIXES:
         raise RepositoryError(f"engine {plan} must end in {' or '.join(PLAN_SUFFIXES)}")
     if plan.stat().st_size == 0:
         raise RepositoryError(f"engine {plan} is empty", "build it with `trt-gn build`")
+    rtx_version = tensorrt_rtx_plan_version(plan)
+    if rtx_version is not None:
+        raise RepositoryError(
+            f"engine {plan} is a TensorRT-RTX plan (TensorRT-RTX {rtx_version}): Triton's TensorRT backend "
+            f"deserializes TensorRT plans only, so it cannot load this model",
+            "serve the fused ONNX model with `trt-gn triton MODEL.onnx --backend python`, or build a TensorRT "
+            "engine with `trt-gn build --builder tensorrt` on a GPU")
+    _check_common(repo, model_name, options)
     onnx_path = Path(options.onnx) if options.onnx is not None else None
     if onnx_path is not None:
         _check_onnx_path(onnx_path)
@@ -328,6 +323,17 @@ def write_model_repository(repository, model_name: str, plan, options: Repositor
                             plugin_library=target / spec.PLUGIN_LIBRARY,
                             plugin_autoload_library=target / spec.PLUGIN_AUTOLOAD_LIBRARY, io_source=source,
                             max_batch_size=max_batch, config_text=text, notes=notes)
+
+
+def tensorrt_rtx_plan_version(plan) -> str | None:
+    """The TensorRT-RTX version ("1.7.1.116") that built the plan file ``plan``, from its header;
+    None when it is no TensorRT-RTX plan (a TensorRT plan, or not a plan at all)."""
+    with open(plan, "rb") as f:
+        header = f.read(_PLAN_VERSION_OFFSET + 4)
+    if len(header) < _PLAN_VERSION_OFFSET + 4 or header[:4] != TENSORRT_RTX_PLAN_MAGIC:
+        return None
+    version = header[_PLAN_VERSION_OFFSET:]
+    return ".".join(str(b) for b in version) if version[0] < 8 else None
 
 
 def _check_onnx_path(onnx_path: Path) -> None:
@@ -395,9 +401,12 @@ class PythonRepositoryResult:
     max_batch_size: int
     config_text: str
 
-    @property
-    def server_command(self) -> str:
-        return f"tritonserver --model-repository={self.model_dir.parent}"
+
+def python_model_source() -> str:
+    """The text of the Python backend's model.py (trt_gn/triton_models/onnxruntime_model.py)."""
+    from importlib import resources
+
+    return resources.files(__package__).joinpath(*PYTHON_MODEL_TEMPLATE).read_text()
 
 
 def _onnxruntime_can_run(onnx_path: Path) -> None:
@@ -441,12 +450,13 @@ def write_python_repository(repository, model_name: str, onnx_model, options: Re
                              dynamic_batching=dynamic, preferred_batch_sizes=options.preferred_batch_sizes,
                              max_queue_delay_us=options.max_queue_delay_us, backend="python")
     model = onnx_io.load_model(onnx_path)
+    model_source = python_model_source()
 
     def fill(stage: Path) -> None:
         (stage / "config.pbtxt").write_text(text)
         version_dir = stage / str(options.version)
         version_dir.mkdir()
-        (version_dir / PYTHON_MODEL_FILE).write_text(PYTHON_MODEL_SOURCE)
+        (version_dir / PYTHON_MODEL_FILE).write_text(model_source)
         onnx_io.save_model(model, version_dir / PYTHON_ONNX_FILE)
 
     target = _publish(repo, model_name, fill, options.overwrite)

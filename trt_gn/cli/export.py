@@ -62,6 +62,7 @@ def run(args) -> int:
     with console.status(f"building {args.model} ({args.dtype})"), quiet():
         model = recipes.build(args.model, dtype=dtype, seed=args.seed, weights=args.weights)
     inputs, names, shapes = recipes.example_inputs(args.model, dtype=dtype)
+    outputs = recipes.RECIPES[args.model].output_names
     if not args.no_swap:
         report = swap_group_norms(model)
         print(report.summary().splitlines()[0])
@@ -69,10 +70,10 @@ def run(args) -> int:
         if args.no_swap:
             count = len(group_norm_calls(model, inputs))
             export.export_plain(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
-                                opset=args.opset)
+                                output_names=outputs, opset=args.opset)
         else:
             count = export.export_model(model, inputs, args.output, dynamic_shapes=shapes, input_names=names,
-                                        opset=args.opset, function=not args.bare)
+                                        output_names=outputs, opset=args.opset, function=not args.bare)
     what = "GroupNorms left for trt-gn fuse" if args.no_swap else "fused nodes"
     print(f"wrote {args.output} ({count} {what})")
     return 0

@@ -17,20 +17,28 @@ examples:
       --io-from onnx --max-batch-size 4 --preferred-batch-size 2 --preferred-batch-size 4
 
   # then serve it through the self-registering shim copied next to config.pbtxt (Triton only
-  # dlopen()s plugins=/LD_PRELOAD libraries; the shim registers libtrt_gn_plugin.so beside it):
+  # dlopen()s plugins=/LD_PRELOAD libraries; the shim registers libtrt_gn_plugin.so beside it),
+  # in NVIDIA's Triton container:
   tritonserver --model-repository=models \\
       --backend-config=tensorrt,plugins=models/vae_decoder/libtrt_gn_plugin_autoload.so
 
-  # no TensorRT at all: serve the fused ONNX model with Triton's Python backend and onnxruntime
+  # no TensorRT at all: serve the fused ONNX model with Triton's Python backend and onnxruntime,
+  # here with the tritonserver of scripts/setup_tritonserver.sh (see `trt-gn serve --help`)
   trt-gn triton vae_decoder.fused.onnx --backend python --repository models --model vae_decoder
-  tritonserver --model-repository=models      # its Python needs numpy and onnxruntime
+  trt-gn serve models
+
+A .onnx model is served with --backend python (or built into an engine with `trt-gn build`
+first); a TensorRT-RTX plan is refused: Triton's TensorRT backend cannot load it. Under batching,
+inputs/outputs shaped [batch] (the UNet's timestep) are written dims: [ 1 ] with
+reshape: { shape: [ ] } (requests send them as [batch, 1]).
 
 written (tensorrt): REPOSITORY/MODEL/config.pbtxt, REPOSITORY/MODEL/VERSION/model.plan,
 REPOSITORY/MODEL/libtrt_gn_plugin.so, REPOSITORY/MODEL/libtrt_gn_plugin_autoload.so (taken from
-the plugin's folder). Written (python): REPOSITORY/MODEL/config.pbtxt (backend "python", CPU
-instances unless --gpus), REPOSITORY/MODEL/VERSION/model.py and model.onnx; the model must carry the
-trt_gn node's model-local function (not `--bare`), which onnxruntime runs; the batch stays a
-dimension of the tensors unless --max-batch-size > 0. The model folder is assembled aside and
+the plugin's folder). Written (python): REPOSITORY/MODEL/config.pbtxt (backend "python", KIND_CPU
+instances, or KIND_GPU on --gpus: model.py then runs onnxruntime's CUDA provider on each instance's
+GPU and refuses to load without it), REPOSITORY/MODEL/VERSION/model.py and model.onnx; the model must
+carry the trt_gn node's model-local function (not `--bare`), which onnxruntime runs; the batch stays
+a dimension of the tensors unless --max-batch-size > 0. The model folder is assembled aside and
 renamed into place: nothing is left half-written.
 
 exit codes: 0 written; 1 could not write the files, or TensorRT could not load the engine; 2 bad
@@ -47,6 +55,7 @@ def _gpus(text: str) -> list[int]:
 
 def register(subparsers) -> None:
     from ..triton import BACKENDS, IO_SOURCES
+    from . import serve
 
     p = subparsers.add_parser(
         "triton",
@@ -84,6 +93,7 @@ def register(subparsers) -> None:
     p.add_argument("--version", type=int, default=1, metavar="N", help="model version folder (default: 1)")
     p.add_argument("--overwrite", action="store_true", help="replace REPOSITORY/MODEL if it exists")
     p.set_defaults(func=run)
+    serve.register(subparsers)  # `trt-gn serve` starts a server on what this command writes
 
 
 def run(args) -> int:
@@ -104,7 +114,9 @@ def run(args) -> int:
         print(f"note: {note}")
     print(f"wrote {result.model_dir} (max_batch_size {result.max_batch_size}, inputs/outputs from "
           f"{result.io_source})")
-    print(f"serve it with:\n  {result.server_command}")
+    print(f"serve it in NVIDIA's Triton container (the plugin is loaded through the shim beside the model):\n"
+          f"  {result.server_command}\n"
+          f"or with `trt-gn serve {args.repository}` where the tritonserver has the TensorRT backend")
     return 0
 
 
@@ -119,5 +131,23 @@ def _run_python(args, model: str, options) -> int:
                     "with --backend python, the positional argument is the fused ONNX model")
     result = write_python_repository(args.repository, model, args.plan, dataclasses.replace(options, io_from="onnx"))
     print(f"wrote {result.model_dir} (Python backend, onnxruntime; max_batch_size {result.max_batch_size})")
-    print(f"serve it with (its Python needs numpy and onnxruntime):\n  {result.server_command}")
+    _print_python_serving(args.repository)
     return 0
+
+
+def _print_python_serving(repository: str) -> None:
+    """How to serve a Python-backend repository: `trt-gn serve`, the same command by hand with the
+    server found here, and the command for NVIDIA's container."""
+    from .. import tritonserver
+
+    print(f"serve it with:\n  trt-gn serve {repository}")
+    try:
+        server = tritonserver.find_server()
+        models = tritonserver.scan_repository(repository)
+        tritonserver.check_backends(server, models)
+        by_hand = tritonserver.launch(repository, server, models=models).shell_command()
+        print(f"which runs the tritonserver in {server.home}:\n  {by_hand}")
+    except tritonserver.ServerError as exc:
+        print(f"note: it cannot run here yet: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
+    print(f"or in NVIDIA's Triton container, whose Python then needs numpy and onnxruntime:\n"
+          f"  {tritonserver.container_command(repository)}")

@@ -128,12 +128,13 @@ def export_model(
 
 
 def export_plain(model: torch.nn.Module, args: tuple, output: str | os.PathLike, *, dynamic_shapes: Any = None,
-                 input_names: list[str] | None = None, opset: int = DEFAULT_OPSET) -> Path:
+                 input_names: list[str] | None = None, output_names: list[str] | None = None,
+                 opset: int = DEFAULT_OPSET) -> Path:
     """Export `model` as torch.onnx emits it (no custom node), written atomically."""
     output = onnx_io.check_output_path(output)
     check_opset(opset)
     program = torch.onnx.export(model, args, dynamo=True, opset_version=opset, dynamic_shapes=dynamic_shapes,
-                                input_names=input_names, verbose=False)
+                                input_names=input_names, output_names=output_names, verbose=False)
     _check_written_opset(program.model, opset)
     return onnx_io.save_model(program.model, output)
 

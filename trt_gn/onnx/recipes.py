@@ -46,6 +46,12 @@ TINY_VAE = dict(
 )
 
 
+# The exported model's output, named for what it is (the exporter would name it after the op that
+# makes it, e.g. "conv2d_16"). diffusers returns the UNet's as `sample`, the name of its input, so
+# it takes the name diffusers' pipelines give it.
+OUTPUT_NAMES = {"unet": ("noise_pred",), "vae-decoder": ("image",)}
+
+
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     name: str
@@ -53,6 +59,10 @@ class Recipe:
     config: dict
     text_len: int = 77  # encoder_hidden_states length (UNet)
     latent: int = 64  # default latent height/width for the example input
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(OUTPUT_NAMES[self.kind])
 
 
 RECIPES = {

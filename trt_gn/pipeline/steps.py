@@ -213,7 +213,8 @@ def run_steps(options: PipelineOptions, stage: Path,
 
     with steps.run(STEP_EXPORT) as step, quiet():
         program = torch.onnx.export(model, args, dynamo=True, opset_version=options.opset,
-                                    dynamic_shapes=dynamic_shapes, input_names=input_names, verbose=False)
+                                    dynamic_shapes=dynamic_shapes, input_names=input_names,
+                                    output_names=recipe.output_names, verbose=False)
         onnx_io.save_model(program.model, original)
         del program
         step.detail = f"{original.name} (torch.onnx dynamo, opset {options.opset}; batch, height, width dynamic)"
