@@ -69,12 +69,14 @@ def library_file(folder: Path) -> Path:
 
 
 def _first_error_line(output: str) -> str:
-    """The line of a compiler's output that says what went wrong, else its first non-empty line."""
+    """The line of a failed build's output that says what went wrong: the first that mentions an error
+    (or a program not found), else the first that is not ninja's own."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if "error" in line.lower() and not line.startswith(("FAILED:", "ninja: build stopped")):
+    own = [line for line in lines if not line.startswith(("[", "FAILED:", "ninja: "))]
+    for line in own:
+        if "error" in line.lower() or "not found" in line.lower():
             return line
-    return lines[0] if lines else "no output"
+    return (own or lines or ["no output"])[0]
 
 
 def build(log=None) -> Path:

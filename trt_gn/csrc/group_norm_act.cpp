@@ -113,7 +113,6 @@ at::Tensor group_norm_act_cuda(const at::Tensor& x_in, const OptTensor& weight, 
   if (!arguments_valid(x_in, weight, bias, num_groups, eps, activation)) {
     raise_bad_arguments(x_in, weight, bias, num_groups, eps, activation);
   }
-  TORCH_CHECK(x_in.is_cuda(), "group_norm_act: the CUDA kernel was given a tensor on ", x_in.device());
   // ops._supported_layout: contiguous NCHW or channels_last as they are, any other strides copied.
   const at::Tensor x = x_in.is_contiguous() || x_in.is_contiguous(at::MemoryFormat::ChannelsLast)
                            ? x_in
@@ -146,7 +145,8 @@ at::Tensor group_norm_act_cuda(const at::Tensor& x_in, const OptTensor& weight, 
 
   const c10::DeviceGuard guard(x.device());
   size_t nbytes = 0;
-  check_status(g_kernels.workspace_size(&p, &nbytes), x);
+  check_status(g_kernels.workspace_size(&p, &nbytes), x);  // validates p: makes no CUDA call
+  TORCH_CHECK(x.is_cuda(), "group_norm_act: the CUDA kernel was given a tensor on ", x.device());
   // The caching allocator ties the block to the current stream (and to the graph pool while
   // capturing), so the workspace is safe to reuse as soon as this launch is done.
   const at::Tensor workspace =
