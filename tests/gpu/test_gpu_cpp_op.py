@@ -43,6 +43,34 @@ def test_cuda_calls_dispatch_to_cpp():
         assert "trt_gn/csrc/group_norm_act.cpp" in table[key], table[key]
 
 
+def test_first_cuda_call_chooses_and_runs_cpp():
+    """In a fresh process, by default, the op's first CUDA call makes the choice, registers the C++
+    kernels and has them run that very call (the Python implementation is made to fail there)."""
+    code = """
+        import json, torch
+        from trt_gn import ops
+        from trt_gn.reference import assert_close, group_norm_act_reference
+
+        def python_ran(*args):
+            raise AssertionError("the Python implementation ran the CUDA call")
+
+        ops._group_norm_act_cuda = python_ran
+        before = "trt_gn/csrc/group_norm_act.cpp" in torch._C._dispatch_dump_table(ops.OP_NAME)
+        chosen_before = ops._choice is not None
+        x = torch.randn(2, 64, 8, 8, device="cuda", dtype=torch.float16).contiguous(memory_format=torch.channels_last)
+        y = torch.ops.trt_gn.group_norm_act(x, None, None, 8, 1e-5, "silu")
+        assert_close(y, group_norm_act_reference(x, None, None, 8, 1e-5, "silu"), torch.float16)
+        z = torch.ops.trt_gn.group_norm_act(y, None, None, 8, 1e-5, "none")
+        print(json.dumps([before, chosen_before, ops.implementation().kind,
+                          y.is_contiguous(memory_format=torch.channels_last), z.shape == x.shape]))
+    """
+    env = {k: v for k, v in os.environ.items() if k != ops.IMPLEMENTATION_ENV}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, "cpp", True, True]
+
+
 def _inputs(shape, dtype, layout, generator):
     x = (torch.randn(shape, device=DEVICE, generator=generator) * 2 + 0.5).to(dtype)
     if layout == "channels_last":

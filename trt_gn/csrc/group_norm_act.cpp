@@ -43,6 +43,10 @@ struct Kernels {
 Kernels g_kernels{};  // set once, before the kernels below are registered
 
 constexpr const char* kNamespace = "trt_gn";
+// spec.ACTIVATIONS, compared as string_views on both sides: the comparison every torch's
+// c10::string_view has (not all compare with a const char*).
+const c10::string_view kSilu("silu");
+const c10::string_view kNone("none");
 constexpr const char* kOp = "trt_gn::group_norm_act";
 // The words of the Python implementation's autograd (torch.library.custom_op without a formula).
 constexpr const char* kNoBackward =
@@ -63,7 +67,7 @@ bool arguments_valid(const at::Tensor& x, const OptTensor& weight, const OptTens
   if (x.dim() != 4 || !supported_dtype(x.scalar_type()) || num_groups <= 0) return false;
   const int64_t c = x.size(1);
   if (c % num_groups != 0 || !(eps >= 0.0 && std::isfinite(eps))) return false;
-  if (activation != "none" && activation != "silu") return false;
+  if (activation != kNone && activation != kSilu) return false;
   for (const OptTensor* t : {&weight, &bias}) {
     if (!present(*t)) continue;
     const at::Tensor& a = **t;
@@ -137,7 +141,7 @@ at::Tensor group_norm_act_cuda(const at::Tensor& x_in, const OptTensor& weight, 
   p.channel_stride = p.c;
   p.layout = x.is_contiguous() ? TRTGN_LAYOUT_NCHW : TRTGN_LAYOUT_NHWC;
   p.dtype = abi_dtype(x.scalar_type());
-  p.activation = activation == "silu" ? TRTGN_ACTIVATION_SILU : TRTGN_ACTIVATION_NONE;
+  p.activation = activation == kSilu ? TRTGN_ACTIVATION_SILU : TRTGN_ACTIVATION_NONE;
   p.epsilon = static_cast<float>(eps);
   p.gamma = gamma.defined() ? gamma.data_ptr() : nullptr;
   p.beta = beta.defined() ? beta.data_ptr() : nullptr;
