@@ -95,7 +95,7 @@ def build(log=None) -> Path:
     import torch
 
     log(f"trt_gn: compiling the C++ op {spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME} for torch {torch.__version__} "
-        f"into {folder} (once per torch version, about a minute)")
+        f"into {folder} (once per torch version, under a minute)")
     folder.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     try:
