@@ -4,11 +4,8 @@ torch.compile with fullgraph through it, and its host time per call against stoc
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +17,7 @@ from trt_gn.compile_check import CheckedCompile, raised_recompile_limits
 from trt_gn.reference import assert_close, group_norm_act_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_cpp_op import child, result  # noqa: E402  (a fresh process with this trt_gn)
 from test_ops import BAD_INPUTS  # noqa: E402  (the CPU tests' table of bad arguments and messages)
 
 pytestmark = GPU
@@ -43,7 +41,7 @@ def test_cuda_calls_dispatch_to_cpp():
         assert "trt_gn/csrc/group_norm_act.cpp" in table[key], table[key]
 
 
-def test_first_cuda_call_chooses_and_runs_cpp():
+def test_first_cuda_call_chooses_and_runs_cpp(tmp_path):
     """In a fresh process, by default, the op's first CUDA call makes the choice, registers the C++
     kernels and has them run that very call (the Python implementation is made to fail there)."""
     code = """
@@ -64,11 +62,8 @@ def test_first_cuda_call_chooses_and_runs_cpp():
         print(json.dumps([before, chosen_before, ops.implementation().kind,
                           y.is_contiguous(memory_format=torch.channels_last), z.shape == x.shape]))
     """
-    env = {k: v for k, v in os.environ.items() if k != ops.IMPLEMENTATION_ENV}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [False, False, "cpp", True, True]
+    # the default choice, with this process's cache (the C++ op is built already)
+    assert result(child(code, tmp_path, own_cache=False)) == [False, False, "cpp", True, True]
 
 
 def _inputs(shape, dtype, layout, generator):
@@ -144,7 +139,7 @@ def outcomes(cases) -> list:
     return results
 
 
-def test_cpp_raises_what_the_python_implementation_raises():
+def test_cpp_raises_what_the_python_implementation_raises(tmp_path):
     cpp = outcomes(bad_cases(DEVICE))
     code = f"""
         import json, sys
@@ -153,11 +148,7 @@ def test_cpp_raises_what_the_python_implementation_raises():
         from trt_gn import ops
         print(json.dumps([str(ops.implementation()), outcomes(bad_cases("cuda"))]))
     """
-    env = dict(os.environ, **{ops.IMPLEMENTATION_ENV: "python"})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    python_impl, python = json.loads(proc.stdout.strip().splitlines()[-1])
+    python_impl, python = result(child(code, tmp_path, own_cache=False, TRT_GN_TORCH_OP="python"))
     assert python_impl == "Python (TRT_GN_TORCH_OP=python)"
     assert cpp == python
     assert cpp[:len(BAD_INPUTS)] == [[error.__name__, message] for _, error, message in BAD_INPUTS]
