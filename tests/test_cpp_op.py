@@ -149,6 +149,15 @@ def test_failed_build_falls_back_with_a_warning(tmp_path, kernels_lib):
                                        "call (TRT_GN_TORCH_OP=python chooses it without this warning)")
 
 
+def test_unusable_cache_folder_says_why(tmp_path, kernels_lib):
+    (tmp_path / "file").write_text("not a folder")
+    out = result(child(REPORT, tmp_path, TRT_GN_TORCH_OP="cpp", TRT_GN_CACHE_DIR=str(tmp_path / "file")))
+    assert out["error"] == "CppOpError"
+    assert out["message"].startswith("TRT_GN_TORCH_OP=cpp, but the C++ op could not be built: cannot create the "
+                                     f"build folder {tmp_path / 'file' / 'torch-op'}/torch-{torch.__version__}-")
+    assert out["message"].endswith(": Not a directory (TRT_GN_CACHE_DIR chooses another place)")
+
+
 def test_missing_ninja_says_why(tmp_path, kernels_lib):
     (tmp_path / "empty").mkdir()
     out = result(child(REPORT, tmp_path, TRT_GN_TORCH_OP="cpp", PATH=str(tmp_path / "empty")))

@@ -25,6 +25,9 @@ from . import spec
 
 NAME = "trt_gn_torch_op"
 CFLAGS = ("-O2", "-DNDEBUG")
+# torch.utils.cpp_extension waits as long as its lock file exists: one left behind by a build that was
+# killed would hold every later build forever. No build of this one file takes this long.
+STALE_LOCK_S = 600
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 SOURCE = _PACKAGE_DIR / "csrc" / "group_norm_act.cpp"
@@ -96,7 +99,17 @@ def build(log=None) -> Path:
 
     log(f"trt_gn: compiling the C++ op {spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME} for torch {torch.__version__} "
         f"into {folder} (once per torch version, under a minute)")
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CppOpError(f"cannot create the build folder {folder}: {e.strerror or e} "
+                         "(TRT_GN_CACHE_DIR chooses another place)") from e
+    lock = folder / "lock"
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
+    except FileNotFoundError:
+        pass
     started = time.perf_counter()
     try:
         from torch.utils import cpp_extension
