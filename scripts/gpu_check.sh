@@ -3,13 +3,15 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile]
+#   bash scripts/gpu_check.sh [tests] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
 # plans: AB_OLD's plans against the working tree's on the fuzz cases (described, not run).
 # ab: scripts/ab_kernels.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
 # the working tree, on the shape list (AB_ARGS adds options).
+# host: the op's host time per call against stock PyTorch's (scripts/bench_host_overhead.py), with its
+# C++ implementation (built for this torch first) and with its Python one.
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
 set -uo pipefail
@@ -129,6 +131,11 @@ PY
         python3 scripts/profile_kernels.py ${PROFILE_SHAPES:-sd15-unet-320x64} > "$OUT/sass-run.log" 2>&1; echo "ncu exit $?"
       ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
       ls -la "$OUT" ;;
+    host)
+      for impl in cpp python; do
+        timeout ${HOST_TIMEOUT:-300} python3 scripts/bench_host_overhead.py --implementation $impl \
+            --out "$OUT/host-$impl.csv" 2>&1 | tee "$OUT/host-$impl.log" | grep -v "round [0-9]" || rc=1
+      done ;;
     vae)
       timeout ${VAE_TIMEOUT:-420} python3 export/bench_vae_decode.py --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
         | tee "$OUT/vae.log" | tail -40 || rc=1 ;;

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import trt_gn
-from trt_gn import _lib
+from trt_gn import _lib, ops
+from trt_gn.errors import first_line
 
 
 def _library_status() -> tuple[str | None, str]:
@@ -25,7 +26,17 @@ def pytest_report_header(config):
     path, why = _library_status()
     lines = [f"trt_gn: {os.path.dirname(trt_gn.__file__)}", f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}"]
     lines.append(f"kernels library: {path}" if path else f"kernels library: not loaded ({why.splitlines()[0]})")
+    lines.append(f"op on CUDA tensors: {_op_implementation()}")
     return lines
+
+
+def _op_implementation() -> str:
+    """Which implementation runs torch.ops.trt_gn.group_norm_act on CUDA tensors (chosen here, so a C++
+    op not yet built for this torch is compiled before the tests, saying so)."""
+    try:
+        return str(ops.implementation())
+    except Exception as e:  # noqa: BLE001 - the header reports any failure; the tests that need it fail
+        return f"none ({type(e).__name__}: {first_line(e)})"
 
 
 def library_required() -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -376,3 +378,42 @@ def test_plan_column_and_summary():
     assert bench.plan_summary({"path": "clusters", "cluster": 1, "vpt": 2, "split": 2}) == \
         "clusters of 1, 2 vec/thread x2 blocks"
     assert bench.plan_summary({"path": "streaming-grid", "slices": 1}) == "streaming grid"
+
+
+def test_host_overhead_steps_without_a_gpu():
+    """run_host_overhead's steps (the four variants, the compiled ones one graph each and settled,
+    rounds in turn, medians, ratios) on the CPU through aot_eager; the times mean nothing here."""
+    lines = []
+    times = bench.run_host_overhead(dtype="fp32", calls=3, rounds=3, log=lines.append, device="cpu",
+                                    backend="aot_eager")
+    assert list(times) == list(bench.HOST_VARIANTS)
+    for t in times.values():
+        assert len(t.rounds_us) == 3 and all(v > 0 for v in t.rounds_us)
+        assert t.us_per_call == sorted(t.rounds_us)[1]
+    eager, compiled = bench.host_ratios(times)
+    assert eager == times[bench.OURS_EAGER].us_per_call / times[bench.STOCK_EAGER].us_per_call
+    assert compiled == times[bench.OURS_COMPILED].us_per_call / times[bench.STOCK_COMPILED].us_per_call
+    assert lines[:2] == [f"compiling {name} ({bench.HOST_CHAIN} calls in one function)"
+                         for name in (bench.STOCK_COMPILED, bench.OURS_COMPILED)]
+    assert [line.split(":")[0] for line in lines[2:]] == ["round 1/3", "round 2/3", "round 3/3"]
+
+
+def test_host_overhead_script_errors(tmp_path):
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_host_overhead.py"
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+
+    proc = run("--shape", "1,30,8,8")
+    assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
+        "bench_host_overhead.py: error: argument --shape: '1,30,8,8': expected N,C,H,W, positive, C a multiple of "
+        "32 (32 groups)")
+    proc = run("--rounds", "0", "--out", str(tmp_path / "h.csv"))
+    assert proc.returncode == 2
+    assert proc.stderr == "bench_host_overhead.py: error: calls and rounds must be >= 1, got 2000 and 0\n"
+    if not torch.cuda.is_available():
+        proc = run("--out", str(tmp_path / "h.csv"))
+        assert proc.returncode == 3 and proc.stderr == (
+            "bench_host_overhead.py: error: no CUDA device: the benchmark needs a GPU "
+            "(torch.cuda.is_available() is False)\n")
+    assert list(tmp_path.iterdir()) == []

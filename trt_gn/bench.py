@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import fileio
-from .errors import EXIT_MISSING, Error
+from .errors import EXIT_FAILED, EXIT_MISSING, Error
 from .shapes import Shape, select_shapes
 
 LAUNCHES = 20
@@ -333,6 +333,129 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     return rows
 
 
+# Host time per call: what a call costs the CPU, on a tensor so small (launch-bound) that the GPU
+# finishes each kernel before the host has issued the next, so the loop's wall time is host time.
+HOST_SHAPE = (1, 32, 8, 8)
+HOST_GROUPS = 32
+HOST_EPS = 1e-5
+HOST_CHAIN = 10  # calls in one compiled function (its per-call time is the function's / HOST_CHAIN)
+HOST_CALLS = 2000  # calls of a variant per round
+HOST_ROUNDS = 7
+HOST_WARMUP = 50
+STOCK_EAGER, OURS_EAGER = "stock eager", "trt_gn eager"
+STOCK_COMPILED, OURS_COMPILED = "stock compiled", "trt_gn compiled"
+HOST_VARIANTS = (STOCK_EAGER, OURS_EAGER, STOCK_COMPILED, OURS_COMPILED)
+
+
+@dataclass
+class HostTime:
+    variant: str
+    us_per_call: float  # median of the rounds
+    rounds_us: list[float]
+
+
+def host_us_per_call(fn, calls: int, per_call: int = 1, sync=None) -> float:
+    """Microseconds per op call of `calls` back-to-back calls of fn (each making `per_call` op
+    calls), `sync()` (the device drained) before and after."""
+    sync = sync or (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - start) * 1e6 / (calls * per_call)
+
+
+def _chain(step):
+    """A function of HOST_CHAIN steps, each step's output the next one's input."""
+    def chained(x, weight, bias):
+        for _ in range(HOST_CHAIN):
+            x = step(x, weight, bias)
+        return x
+
+    return chained
+
+
+def run_host_overhead(shape=HOST_SHAPE, dtype: str = "fp16", layout: str = "nhwc", calls: int = HOST_CALLS,
+                      rounds: int = HOST_ROUNDS, log=None, device: str = "cuda",
+                      backend: str = "inductor") -> dict[str, HostTime]:
+    """Host time per call of stock F.silu(F.group_norm(...)) and of torch.ops.trt_gn.group_norm_act,
+    eager and inside a torch.compile'd (Inductor) function of HOST_CHAIN calls, on one GPU in one run:
+    every variant once a round, in turn, HOST_ROUNDS rounds, the median kept. The compiled functions
+    are checked to have compiled one graph with no break and to compile nothing while timed.
+    (`device` "cpu" and another `backend` run the same steps without a GPU, for the tests.)"""
+    import torch
+    import torch._dynamo
+
+    from . import ops
+    from .compile_check import CheckedCompile, CompileFallbackError, raised_recompile_limits
+
+    if calls < 1 or rounds < 1:
+        raise BenchError(f"calls and rounds must be >= 1, got {calls} and {rounds}")
+    if layout not in LAYOUTS:
+        raise BenchError(f"unknown layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)",
+                         exit_code=EXIT_MISSING)
+    dt = _torch_dtype(dtype)
+    ops.implementation()  # chosen (and a C++ op built) now, not inside the first timed call
+    sync = torch.cuda.synchronize if device == "cuda" else None
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(shape, device=device, dtype=dt, generator=gen)
+    if layout == "nhwc":
+        x = x.contiguous(memory_format=torch.channels_last)
+    c = shape[1]
+    weight = (1 + 0.1 * torch.randn(c, device=device, generator=gen)).to(dt)
+    bias = (0.1 * torch.randn(c, device=device, generator=gen)).to(dt)
+    op = torch.ops.trt_gn.group_norm_act
+
+    def stock(x, weight, bias):
+        return torch_group_norm_act(x, weight, bias, HOST_GROUPS, HOST_EPS)
+
+    def ours(x, weight, bias):
+        return op(x, weight, bias, HOST_GROUPS, HOST_EPS, "silu")
+
+    variants = {STOCK_EAGER: (lambda: stock(x, weight, bias), 1), OURS_EAGER: (lambda: ours(x, weight, bias), 1)}
+    compiled = []
+    torch._dynamo.reset()
+    with raised_recompile_limits():
+        for name, step in ((STOCK_COMPILED, stock), (OURS_COMPILED, ours)):
+            if log is not None:
+                log(f"compiling {name} ({HOST_CHAIN} calls in one function)")
+            fn = CheckedCompile(_chain(step), name, backend=backend, fullgraph=True, dynamic=False)
+            try:
+                fn.first_call(x, weight, bias)
+            except CompileFallbackError as e:
+                raise BenchError(str(e), exit_code=EXIT_FAILED) from e
+            if fn.graphs != 1 or fn.graph_breaks:
+                raise BenchError(f"{name}: compiled {fn.graphs} graphs with {fn.graph_breaks} graph breaks, "
+                                 "expected one graph without a break", exit_code=EXIT_FAILED)
+            compiled.append(fn)
+            variants[name] = (lambda fn=fn: fn(x, weight, bias), HOST_CHAIN)
+        for fn, per_call in variants.values():
+            for _ in range(HOST_WARMUP):
+                fn()
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for r in range(rounds):
+            for name, (fn, per_call) in variants.items():
+                times[name].append(host_us_per_call(fn, calls, per_call, sync))
+            if log is not None:
+                log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n} {times[n][-1]:.1f} us" for n in variants))
+        for fn in compiled:
+            try:
+                fn.check_settled()
+            except CompileFallbackError as e:
+                raise BenchError(str(e), exit_code=EXIT_FAILED) from e
+    torch._dynamo.reset()
+    return {name: HostTime(name, statistics.median(ts), ts) for name, ts in times.items()}
+
+
+def host_ratios(times: dict[str, HostTime]) -> tuple[float, float]:
+    """(trt_gn eager / stock eager, trt_gn compiled / stock compiled) of run_host_overhead's times."""
+    return (times[OURS_EAGER].us_per_call / times[STOCK_EAGER].us_per_call,
+            times[OURS_COMPILED].us_per_call / times[STOCK_COMPILED].us_per_call)
+
+
 LOG_WIDTH = 1000  # columns of the console where stdout is no terminal
 
 
@@ -535,11 +658,13 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds, with_compile, compile_log, log)
     import torch
 
-    from . import _lib
+    from . import _lib, ops
 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    # The kernels are timed through the C ABI; the op, which models call, runs this implementation.
+    console.print(f"op on CUDA tensors: {ops.implementation()}", markup=False, highlight=False, soft_wrap=True)
     if compile_log:
         console.print(compile_summary(compile_log), markup=False, highlight=False, soft_wrap=True)
     console.print(render_table(rows))

@@ -8,13 +8,25 @@ x's dtype or float32, or None. activation: one of trt_gn.spec.ACTIVATIONS.
 CUDA: the fused kernels of the kernels library on the current stream. CPU: the float64 reference,
 rounded once to x's dtype. A fake (meta) implementation lets torch.compile and torch.export trace it.
 Inference only: no autograd formula is registered (backward raises).
+
+Two implementations of the CUDA call, the same results and errors (see implementation()):
+  - C++ (trt_gn/csrc/group_norm_act.cpp, built for the running torch by trt_gn._cpp_op): the CUDA
+    and AutogradCUDA kernels, no Python per call;
+  - Python: the functions below, through ctypes; where torch has no CUDA, where the C++ op cannot be
+    built (with a warning saying why), or by choice (TRT_GN_TORCH_OP=python).
+The choice is made once per process, at the first CUDA call or the first implementation() call.
 """
 
 import math
+import os
+import threading
+import warnings
+from dataclasses import dataclass
 
 import torch
 
-from . import _lib, spec
+from . import _cpp_op, _lib, spec
+from .errors import first_line
 from .reference import group_norm_act_reference
 
 OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME}"
@@ -56,11 +68,88 @@ def _supported_layout(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-SCHEMA = "(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation) -> Tensor"
+ARGUMENTS = "(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation)"
+SCHEMA = f"{ARGUMENTS} -> Tensor"
+
+IMPLEMENTATION_ENV = "TRT_GN_TORCH_OP"
+IMPLEMENTATION_MODES = ("auto", "cpp", "python")
 
 
-@torch.library.custom_op(OP_NAME, mutates_args=(), device_types="cpu", schema=SCHEMA)
-def group_norm_act(
+@dataclass(frozen=True)
+class Implementation:
+    """What runs the op on CUDA tensors in this process: kind "cpp" (detail: the built library) or
+    "python" (detail: why)."""
+
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"C++ ({self.detail})" if self.kind == "cpp" else f"Python ({self.detail})"
+
+
+_choice_lock = threading.Lock()
+_choice: Implementation | None = None
+_choice_error: Exception | None = None
+
+
+def implementation() -> Implementation:
+    """The implementation of the op's CUDA call in this process, chosen on the first call of this
+    function or of the op on a CUDA tensor (a C++ op not yet built for this torch is compiled then,
+    saying so on stderr):
+
+    TRT_GN_TORCH_OP=auto (default): C++ where torch has CUDA and the kernels library loads; Python,
+      with a RuntimeWarning giving the reason, where the C++ op cannot be built.
+    TRT_GN_TORCH_OP=cpp: C++ or an error (_cpp_op.CppOpError); also with a CPU-only torch, where the
+      kernels are registered and only CUDA tensors reach them.
+    TRT_GN_TORCH_OP=python: the Python implementation.
+    """
+    global _choice, _choice_error
+    if _choice is not None:
+        return _choice
+    with _choice_lock:
+        if _choice_error is not None:
+            raise _choice_error
+        if _choice is None:
+            try:
+                _choice = _choose()
+            except Exception as e:
+                _choice_error = e  # not retried per call: a failed build takes tens of seconds
+                raise
+        return _choice
+
+
+def _choose() -> Implementation:
+    raw = os.environ.get(IMPLEMENTATION_ENV, "")
+    mode = raw.strip().lower() or "auto"
+    if mode not in IMPLEMENTATION_MODES:
+        raise ValueError(f"{IMPLEMENTATION_ENV}={raw!r}: expected one of {', '.join(IMPLEMENTATION_MODES)}")
+    if mode == "python":
+        return Implementation("python", f"{IMPLEMENTATION_ENV}=python")
+    if mode == "auto" and torch.version.cuda is None:
+        return Implementation("python", f"torch {torch.__version__} is built without CUDA")
+    try:
+        kernels = _lib.load()
+    except (FileNotFoundError, OSError, ImportError) as e:
+        reason = f"the kernels library does not load: {first_line(e)}"
+        if mode == "cpp":
+            raise _cpp_op.CppOpError(f"{IMPLEMENTATION_ENV}=cpp, but {reason}") from e
+        return Implementation("python", reason)  # a CUDA call raises the library's error, as it says
+    try:
+        path = _cpp_op.build()
+        _cpp_op.register(path, kernels)
+    except _cpp_op.CppOpError as e:
+        reason = f"the C++ op could not be built: {e}"
+        if mode == "cpp":
+            raise _cpp_op.CppOpError(f"{IMPLEMENTATION_ENV}=cpp, but {reason}") from e
+        warnings.warn(f"trt_gn: {reason}. {OP_NAME} runs its Python implementation on CUDA tensors, with more "
+                      f"host time per call ({IMPLEMENTATION_ENV}=python chooses it without this warning)",
+                      RuntimeWarning, stacklevel=2)
+        return Implementation("python", reason)
+    return Implementation("cpp", str(path))
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=(), device_types=None, schema=SCHEMA)
+def _group_norm_act(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
@@ -68,12 +157,43 @@ def group_norm_act(
     eps: float,
     activation: str,
 ) -> torch.Tensor:
+    # Registered at CompositeExplicitAutograd (and its autograd at Autograd), below the C++ kernels'
+    # CUDA and AutogradCUDA keys: once those are registered, no CUDA call comes here.
     check_inputs(x, weight, bias, num_groups, eps, activation)
+    if x.device.type == "cuda":
+        if _choice is None and implementation().kind == "cpp":
+            # This call registered the C++ kernels: they run it (the dispatch is below autograd here).
+            return group_norm_act(x, weight, bias, num_groups, eps, activation)
+        return _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation)
+    if x.device.type != "cpu":
+        raise NotImplementedError(f"{spec.TORCH_OP_NAME}: x is on {x.device}; trt_gn runs on CPU and CUDA devices")
     x = _supported_layout(x)
     y = torch.empty_like(x)
     if x.numel() > 0:
         y.copy_(group_norm_act_reference(x, weight, bias, num_groups, eps, activation))
     return y
+
+
+# The op, to call: the OpOverload, no Python layer of its own.
+group_norm_act = torch.ops.trt_gn.group_norm_act.default
+
+# Private ops through which the C++ kernels raise what the Python implementation raises, type and
+# message: bad arguments (check_inputs) and an error status of the kernels library (TrtGnError).
+_private = torch.library.Library(spec.TORCH_NAMESPACE, "FRAGMENT")
+_private.define(f"_group_norm_act_check{ARGUMENTS} -> ()")
+_private.define("_group_norm_act_failed(Tensor x, int status, str message) -> ()")
+
+
+def _check_arguments(x, weight, bias, num_groups, eps, activation) -> None:
+    check_inputs(x, weight, bias, num_groups, eps, activation)
+
+
+def _raise_kernels_error(x, status, message) -> None:
+    raise _lib.TrtGnError(status, message)
+
+
+_private.impl("_group_norm_act_check", _check_arguments, "CompositeExplicitAutograd")
+_private.impl("_group_norm_act_failed", _raise_kernels_error, "CompositeExplicitAutograd")
 
 
 ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
@@ -127,9 +247,8 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
     )
 
 
-@group_norm_act.register_kernel("cuda")
 def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
-    check_inputs(x, weight, bias, num_groups, eps, activation)
+    """The Python implementation of the CUDA call (arguments already checked)."""
     x = _supported_layout(x)
     y = torch.empty_like(x)  # keeps x's memory format
     if x.numel() == 0:
@@ -163,7 +282,7 @@ def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation
         return _lib.describe_plan(abi_params(x, y, weight, bias, num_groups, eps, activation))
 
 
-@group_norm_act.register_fake
+@_group_norm_act.register_fake
 def _group_norm_act_fake(x, weight, bias, num_groups, eps, activation):
     check_inputs(x, weight, bias, num_groups, eps, activation)
     return torch.empty_like(_supported_layout(x))
