@@ -96,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
 def _unexpected(exc: Exception) -> tuple[int, str, str]:
     """(exit code, message, hint) of an exception that is no trt_gn.errors.Error."""
     hint = "nothing was written; rerun with --debug for the full traceback"
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and missing.split(".")[0] != "trt_gn":
+        # A dependency this command needs is not installed here (e.g. the image's `serve` extra
+        # holds only what `build` and `triton` need): a missing program or library, exit 3.
+        return (errors.EXIT_MISSING, f"needs the Python module '{missing.split('.')[0]}', which is not installed",
+                "install trt_gn with all its dependencies (pip install trt_gn, not only an extra); nothing was written")
     if isinstance(exc, OSError):  # a file the OS refused (read or write): name it
         where = f"{exc.filename}: " if exc.filename else ""
         return errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}", hint
