@@ -153,3 +153,15 @@ def test_a_command_beyond_the_extra_names_the_missing_module(venv, tmp_path):
                                            "installed"), proc.stderr
     assert not (tmp_path / "out.onnx").exists()
 
+
+
+def test_registering_the_subcommands_imports_no_dependency():
+    """`trt-gn --help` and every subcommand's start-up import no third-party package but torch (which
+    `import trt_gn` imports where it is installed, to register the op): each subcommand imports its
+    dependencies when it runs."""
+    code = ("import sys, trt_gn.cli; trt_gn.cli.build_parser(); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & set(sys.argv[1:])))")
+    heavy = ["onnx", "onnx_ir", "onnxscript", "onnxruntime", "diffusers", "rich", "polygraphy", "tensorrt",
+             "tensorrt_rtx", "tensorrt_rtx_bindings"]
+    proc = _ok([sys.executable, "-c", code, *heavy], cwd=REPO / "tests")
+    assert proc.stdout.strip() == "[]", f"imported while registering the subcommands: {proc.stdout}"

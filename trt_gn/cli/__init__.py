@@ -1,5 +1,8 @@
 """`trt-gn`: the command-line entry point. Each subcommand is a module trt_gn/cli/<name>.py
 exposing register(subparsers), which adds its parser and sets `func` (args -> exit code).
+register() imports no third-party package (every subcommand is registered at each start-up); a
+subcommand imports what it needs when it runs, so `build` and `triton` run with the `serve` extra
+alone (tests/test_serve_extra.py).
 
 Every failure of every subcommand ends here, in one place: one line ``trt-gn <cmd>: error: ...``
 (plus an optional hint line) and the exit code of trt_gn.errors, with no traceback unless
