@@ -10,8 +10,8 @@ The list is read from the installed package's metadata (pyproject.toml's
 [project.optional-dependencies], as pip would read it), so the image (docker/Dockerfile) and its test
 (tests/test_serve_extra.py) install exactly what the package declares. --check runs `pip check` and
 fails when a package of the extra misses one of its own dependencies (the list must be closed, so
-that --no-deps leaves nothing out); trt_gn's own dependencies outside the extra are left out on
-purpose and not reported.
+that --no-deps leaves nothing out) or another installed package conflicts with a version the extra
+pins; trt_gn's own dependencies outside the extra are left out on purpose and not reported.
 
 Exit codes: 0 done; 1 --check found a missing or mismatched dependency; 2 bad arguments (an extra
 trt_gn does not declare, or a requirement with a marker other than the extra's).
@@ -57,11 +57,19 @@ def _requirement_name(spec: str) -> str:
 
 
 def check(requirements: list[str]) -> list[str]:
-    """`pip check` lines about the extra's packages (empty: the extra is closed and consistent)."""
+    """`pip check` lines about the extra's packages: one of them missing a dependency, or another
+    installed package at odds with the version the extra pins (empty: closed and consistent)."""
     names = {_requirement_name(r) for r in requirements}
     run = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    return [line for line in run.stdout.splitlines() if line.split(" ", 1)[0] and _normalized(line.split(" ", 1)[0])
-            in names]
+    problems = []
+    for line in run.stdout.splitlines():
+        words = line.split()
+        # "<pkg> <ver> requires <dep>, which is not installed." /
+        # "<pkg> <ver> has requirement <spec>, but you have <dep> <ver>."
+        have = words[words.index("have") + 1] if "have" in words[:-1] else ""
+        if words and (_normalized(words[0]) in names or (have and _normalized(have) in names)):
+            problems.append(line)
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
