@@ -3,7 +3,8 @@
 # to both), write the Triton model repository, then exec tritonserver with the plugin loaded
 # through its self-registering shim (the backend only dlopen()s plugins=; see docker/README.md).
 # Later starts reuse the engine from $TRT_GN_ENGINE_DIR (mount a volume there) when the ONNX model,
-# the build arguments, the GPU and TensorRT are unchanged.
+# the build arguments, the GPU, the TensorRT version and the plugin library are unchanged.
+# NVIDIA's entrypoint (/opt/nvidia/nvidia_entrypoint.sh) runs first and execs this script.
 set -euo pipefail
 
 die() { echo "trt-gn entrypoint: error: $1" >&2; [ -n "${2:-}" ] && echo "  hint: $2" >&2; exit "${3:-2}"; }
@@ -21,13 +22,18 @@ python3 -c "import tensorrt" 2>/dev/null || die "the TensorRT Python bindings do
 command -v nvidia-smi >/dev/null || die "no GPU visible in the container" "run with --gpus all (NVIDIA Container Toolkit)" 3
 mkdir -p "$engines" "$repository"
 
+plugin="$(python3 -c 'from trt_gn import _lib; print(_lib.find_plugin_library())')" \
+    || die "trt_gn does not find its plugin library in this image" "rebuild the image; see docker/README.md" 3
 gpu="$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader -i 0)"
 trt_version="$(python3 -c 'import tensorrt; print(tensorrt.__version__)')"
 onnx_sum="$(sha256sum "$onnx" | cut -d' ' -f1)"
-key="$(printf '%s\n' "$onnx_sum" "$build_args" "$gpu" "$trt_version" | sha256sum | cut -c1-16)"
+plugin_sum="$(sha256sum "$plugin" | cut -d' ' -f1)"
+# The engine serializes the plugin's fields, not its code, but a rebuilt plugin (other kernels,
+# other TensorRT headers) must not run under an engine tuned for the old one.
+key="$(printf '%s\n' "$onnx_sum" "$build_args" "$gpu" "$trt_version" "$plugin_sum" | sha256sum | cut -c1-16)"
 plan="$engines/${model}-${key}.plan"
 
-echo "trt-gn: GPU $gpu, TensorRT $trt_version, model $onnx"
+echo "trt-gn: GPU $gpu, TensorRT $trt_version, plugin $plugin (sha256 ${plugin_sum:0:16}), model $onnx"
 if [ -f "$plan" ]; then
     echo "trt-gn: reusing $plan"
 else
@@ -37,7 +43,7 @@ else
         || die "the engine build failed (see above)" "check TRT_GN_BUILD_ARGS against the model's inputs" 1
 fi
 
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086  # triton_args is a list of flags
 python3 -m trt_gn.cli triton "$plan" --repository "$repository" --model "$model" --onnx "$onnx" \
     --overwrite $triton_args || die "could not write the model repository" "" 1
 

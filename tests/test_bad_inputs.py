@@ -98,6 +98,10 @@ def _wrong_keys(d: Path) -> None:
     torch.save({"encoder.weight": torch.zeros(2)}, d / "wrong.bin")
 
 
+def _empty_repository(d: Path) -> None:
+    (d / "repo").mkdir()
+
+
 def _old_opset(d: Path) -> None:
     """A Reshape+InstanceNormalization GroupNorm in an opset-13 model: too old for the local function."""
     nodes = [
@@ -263,6 +267,11 @@ CLI_CASES = {
     "triton-no-plugin": Case(["triton", "engine.plan", "--repository", "repo", "--io-from", "onnx", "--onnx",
                               "model.onnx", "--max-batch-size", "2"], _everything, MISSING,
                              f"trt-gn triton: error: {PLUGIN_MISSING}", needs="no-plugin"),
+    # serve
+    "serve-missing-repository": Case(["serve", "models"], _everything, BAD,
+                                     "trt-gn serve: error: model repository models does not exist"),
+    "serve-same-ports": Case(["serve", "repo", "--http-port", "8000", "--grpc-port", "8000"], _empty_repository, BAD,
+                             "trt-gn serve: error: the HTTP, gRPC and metrics ports must differ, got 8000, 8000, 8002"),
     # pipeline
     "pipeline-opset-0": Case(["pipeline", "--opset", "0", "--out", "o"], _everything, BAD,
                              f"trt-gn pipeline: error: --opset 0: torch.onnx (dynamo) exports opsets 17..{MAX_OPSET}"),

@@ -257,7 +257,9 @@ def test_build_without_tensorrt_says_so_and_writes_nothing(model, plugin, tmp_pa
         "trt-gn build: error: TensorRT is not installed (import tensorrt failed: No module named 'tensorrt')",
         "  hint: install TensorRT 10 or later with its Python bindings: `pip install tensorrt-cu12` (or "
         "tensorrt-cu13 for CUDA 13) from NVIDIA's package index, or run inside an NGC container "
-        "(nvcr.io/nvidia/tensorrt or nvcr.io/nvidia/tritonserver)",
+        "(nvcr.io/nvidia/tensorrt or nvcr.io/nvidia/tritonserver); or build for RTX GPUs with --builder "
+        "tensorrt-rtx, which needs neither TensorRT nor a GPU: `pip install tensorrt-rtx-cu13-libs "
+        "tensorrt-rtx-cu13-bindings`",
     ]
     assert listing(tmp_path) == before  # no plan, no timing cache, no temp files
 

@@ -113,7 +113,7 @@ def _candidates(env: str, file_name: str, build_subdir: str) -> list[Path]:
     return paths
 
 
-def _find(env: str, file_name: str, build_subdir: str, what: str) -> Path:
+def _find(env: str, file_name: str, build_subdir: str, what: str, hint: str) -> Path:
     candidates = _candidates(env, file_name, build_subdir)
     if os.environ.get(env):
         # An explicit choice is never silently replaced by another library.
@@ -123,22 +123,29 @@ def _find(env: str, file_name: str, build_subdir: str, what: str) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    looked = "\n  ".join(str(p) for p in candidates)
+    # One line: callers (skip reasons, report.md, the CLI) show the first line of the message.
     error = LibraryNotFoundError(
-        f"trt_gn {what} library {file_name} not found; looked in:\n  {looked}\n"
-        f"Build it (cmake -S plugin_src -B build -G Ninja && cmake --build build), install trt_gn "
-        f"with pip on a machine with nvcc, or set {env} to its path."
+        f"trt_gn {what} library {file_name} not found; looked in: {', '.join(map(str, candidates))} "
+        f"(and {env} is not set); {hint}, or set {env} to its path"
     )
-    error.looked_in = candidates  # for one-line messages (trt_gn.engine.plugin_path)
+    error.looked_in = candidates  # for messages of their own (trt_gn.engine.plugin_path)
+    error.hint = hint
     raise error
 
 
+# What builds each library into the first place that is looked in after the environment variable.
+KERNELS_BUILD_HINT = ("install trt_gn with pip on a machine with nvcc (it builds the kernels into <package>/lib), "
+                      "or build them with `cmake -S plugin_src -B build && cmake --build build`")
+PLUGIN_BUILD_HINT = ("build it with `bash scripts/build_plugin.sh` from a trt_gn checkout (it installs it into "
+                     "<package>/lib), or install trt_gn with pip with TensorRT_ROOT set to TensorRT 10+ headers")
+
+
 def find_kernels_library() -> Path:
-    return _find(KERNELS_LIBRARY_ENV, spec.KERNELS_LIBRARY, "", "kernels")
+    return _find(KERNELS_LIBRARY_ENV, spec.KERNELS_LIBRARY, "", "kernels", KERNELS_BUILD_HINT)
 
 
 def find_plugin_library() -> Path:
-    return _find(PLUGIN_LIBRARY_ENV, spec.PLUGIN_LIBRARY, "plugin", "TensorRT plugin")
+    return _find(PLUGIN_LIBRARY_ENV, spec.PLUGIN_LIBRARY, "plugin", "TensorRT plugin", PLUGIN_BUILD_HINT)
 
 
 def find_plugin_autoload_library(plugin_library: str | os.PathLike | None = None) -> Path:

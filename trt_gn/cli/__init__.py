@@ -1,5 +1,8 @@
 """`trt-gn`: the command-line entry point. Each subcommand is a module trt_gn/cli/<name>.py
 exposing register(subparsers), which adds its parser and sets `func` (args -> exit code).
+register() imports no third-party package (every subcommand is registered at each start-up); a
+subcommand imports what it needs when it runs, so `build` and `triton` run with the `serve` extra
+alone (tests/test_serve_extra.py).
 
 Every failure of every subcommand ends here, in one place: one line ``trt-gn <cmd>: error: ...``
 (plus an optional hint line) and the exit code of trt_gn.errors, with no traceback unless
@@ -18,7 +21,7 @@ from .. import errors
 from ._errors import print_error
 
 # Every subcommand module, in --help order; a module listed here that fails to import is an error.
-SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "export", "fuse", "validate")
+SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "serve", "export", "fuse", "validate")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
 def _unexpected(exc: Exception) -> tuple[int, str, str]:
     """(exit code, message, hint) of an exception that is no trt_gn.errors.Error."""
     hint = "nothing was written; rerun with --debug for the full traceback"
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing and missing.split(".")[0] != "trt_gn":
+        # A dependency this command needs is not installed here (e.g. the image's `serve` extra
+        # holds only what `build` and `triton` need): a missing program or library, exit 3.
+        return (errors.EXIT_MISSING, f"needs the Python module '{missing.split('.')[0]}', which is not installed",
+                "install trt_gn with all its dependencies (pip install trt_gn, not only an extra); nothing was written")
     if isinstance(exc, OSError):  # a file the OS refused (read or write): name it
         where = f"{exc.filename}: " if exc.filename else ""
         return errors.EXIT_FAILED, f"{where}{exc.strerror or errors.first_line(exc)}", hint

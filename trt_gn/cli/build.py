@@ -87,7 +87,8 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "build",
-        help="build a TensorRT engine from a fused ONNX model (needs TensorRT and a GPU)",
+        help="build a TensorRT engine from a fused ONNX model (TensorRT on a GPU, or --builder tensorrt-rtx: "
+             "no GPU needed)",
         description="Parse a fused ONNX model with TensorRT's ONNX parser, the trt_gn plugin loaded, "
         "and build a serialized engine (plan) with an optimisation profile for the dynamic dimensions.",
         epilog=EPILOG,

@@ -21,7 +21,7 @@ exit codes: 0 written; 1 the export failed; 2 bad arguments or input; 3 diffuser
 
 
 def register(subparsers) -> None:
-    from ..onnx.recipes import RECIPES
+    from ..onnx.recipe_table import RECIPES
 
     p = subparsers.add_parser("export", help="export a diffusers UNet / VAE decoder with the fused node",
                               description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)

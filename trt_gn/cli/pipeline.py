@@ -43,7 +43,7 @@ or a step failed (nothing written); 2 bad arguments or input; 3 diffusers missin
 
 
 def register(subparsers) -> None:
-    from ..onnx.recipes import RECIPES
+    from ..onnx.recipe_table import RECIPES
     from ..pipeline import DEFAULT_MODEL, DEFAULT_OUT, PRECISIONS
 
     p = subparsers.add_parser(

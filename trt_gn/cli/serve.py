@@ -53,8 +53,6 @@ def _seconds(text: str) -> int:
 def register(subparsers) -> None:
     from ..tritonserver import DEFAULT_PORTS, MODEL_CONTROL_MODES
 
-    if "serve" in subparsers.choices:  # registered once, whichever module gets there first
-        return
     p = subparsers.add_parser(
         "serve", help="start Triton Inference Server on a repository written by `trt-gn triton` (foreground)",
         description="Start a Triton Inference Server on MODEL_REPOSITORY in the foreground, with the flags, "
@@ -82,16 +80,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..errors import Error
-    from ._errors import print_error
-
-    # The CLI's entry point names a subcommand by its module list; this one reports its own errors
-    # so that they carry its name.
-    try:
-        return _serve(args)
-    except Error as exc:
-        print_error(PROG, exc.message, exc.hint)
-        return exc.exit_code
+    return _serve(args)
 
 
 def _serve(args) -> int:

@@ -55,7 +55,6 @@ def _gpus(text: str) -> list[int]:
 
 def register(subparsers) -> None:
     from ..triton import BACKENDS, IO_SOURCES
-    from . import serve
 
     p = subparsers.add_parser(
         "triton",
@@ -93,7 +92,6 @@ def register(subparsers) -> None:
     p.add_argument("--version", type=int, default=1, metavar="N", help="model version folder (default: 1)")
     p.add_argument("--overwrite", action="store_true", help="replace REPOSITORY/MODEL if it exists")
     p.set_defaults(func=run)
-    serve.register(subparsers)  # `trt-gn serve` starts a server on what this command writes
 
 
 def run(args) -> int:

@@ -14,8 +14,8 @@ from typing import Sequence
 from .. import spec
 from ..errors import EXIT_FAILED
 from .io import PLAN_SUFFIXES, check_writable_file, plugin_path, read_onnx_io, write_atomic
-from .loader import (EngineBuildError, UnsupportedTargetError, import_tensorrt, import_tensorrt_rtx, last_error,
-                     make_logger)
+from .loader import (TENSORRT_RTX_PIP, EngineBuildError, TensorRTNotInstalledError, UnsupportedTargetError,
+                     import_tensorrt, import_tensorrt_rtx, last_error, make_logger)
 from .profiles import DimRange, ShapeRange, resolve_profile
 
 PRECISIONS = ("fp32", "fp16", "bf16", "strongly-typed")
@@ -242,6 +242,16 @@ def _make_monitor(trt, phases: PhaseProgress):
 _PLUGIN_LOG_PREFIXES = ("trt_gn", "GroupNormAct", "GroupNorm")
 
 
+def _import_tensorrt_for_build():
+    """import_tensorrt(), whose hint also names the builder that needs neither TensorRT nor a GPU."""
+    try:
+        return import_tensorrt()
+    except TensorRTNotInstalledError as exc:
+        raise TensorRTNotInstalledError(
+            exc.message, f"{exc.hint}; or build for RTX GPUs with --builder tensorrt-rtx, which needs neither "
+            f"TensorRT nor a GPU: `{TENSORRT_RTX_PIP}`") from exc
+
+
 def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> BuildResult:
     """Parse ``onnx_path`` with the plugin loaded, build and write the plan to ``plan_path``.
 
@@ -251,7 +261,7 @@ def build_engine(onnx_path, plan_path, options: BuildOptions | None = None) -> B
     options = options or BuildOptions()
     checked = check_build_arguments(onnx_path, plan_path, options)
     rtx = options.builder == "tensorrt-rtx"
-    trt = import_tensorrt_rtx() if rtx else import_tensorrt()
+    trt = import_tensorrt_rtx() if rtx else _import_tensorrt_for_build()
     name = "TensorRT-RTX" if rtx else "TensorRT"
     # Every target must exist in these bindings before anything is parsed or built.
     capabilities = [rtx_compute_capability(trt, t) for t in checked.targets] if rtx else []

@@ -89,8 +89,8 @@ def plugin_path(explicit=None) -> Path:
         looked = getattr(exc, "looked_in", None)
         where = f" (looked in: {', '.join(map(str, looked))})" if looked else f" ({first_line(exc)})"
         raise EngineBuildError(f"the TensorRT plugin library {spec.PLUGIN_LIBRARY} was not found{where}",
-                               f"build plugin_src with TensorRT headers, or pass --plugin / set "
-                               f"{_lib.PLUGIN_LIBRARY_ENV}", exit_code=EXIT_MISSING) from exc
+                               f"{_lib.PLUGIN_BUILD_HINT}; or pass --plugin / set {_lib.PLUGIN_LIBRARY_ENV}",
+                               exit_code=EXIT_MISSING) from exc
 
 
 # TensorRT DataType name -> ONNX element type name (the names TensorSpec uses).

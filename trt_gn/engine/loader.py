@@ -25,10 +25,8 @@ TENSORRT_INSTALL_HINT = (
 )
 
 
-TENSORRT_RTX_INSTALL_HINT = (
-    "install TensorRT-RTX from PyPI: `pip install tensorrt-rtx-cu13-libs tensorrt-rtx-cu13-bindings` "
-    "(1.7, CPython 3.11 or 3.12, Linux x86_64)"
-)
+TENSORRT_RTX_PIP = "pip install tensorrt-rtx-cu13-libs tensorrt-rtx-cu13-bindings"
+TENSORRT_RTX_INSTALL_HINT = f"install TensorRT-RTX from PyPI: `{TENSORRT_RTX_PIP}` (1.7, CPython 3.11 or 3.12, Linux x86_64)"
 
 
 class EngineBuildError(Error, RuntimeError):

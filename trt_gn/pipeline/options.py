@@ -77,7 +77,7 @@ class PipelineResult:
 def check_options(options: PipelineOptions) -> Path:
     """Every check that needs no model: raises PipelineError before anything is built or written.
     Returns the output folder."""
-    from ..onnx.recipes import RECIPES
+    from ..onnx.recipe_table import RECIPES
 
     if options.model not in RECIPES:
         raise PipelineError(f"unknown model '{options.model}'", f"choose one of {', '.join(sorted(RECIPES))}")
