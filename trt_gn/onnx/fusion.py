@@ -1000,8 +1000,8 @@ def fuse_file(
     The output path is checked before anything is loaded; the output is written atomically
     (with external data ``<output>.data`` when the input had external data or is over ~1.8 GB).
     A model with nothing to fuse is written as an unchanged copy (report.copied_unchanged)."""
+    onnx_io.check_output_path(output_path, input_path)  # as given: "out/" names a folder
     input_path, output_path = Path(input_path), Path(output_path)
-    onnx_io.check_output_path(output_path, input_path)
     inputs = onnx_io.model_files(input_path)
     if progress:
         progress("load", 0, 1)
@@ -1011,7 +1011,7 @@ def fuse_file(
         progress("load", 1, 1)
     report = fuse_model(model, function=function, progress=(lambda i, n: progress("fuse", i, n)) if progress else None)
     if not report.fused and not onnx_io.has_external_data(model):
-        onnx_io.copy_file(input_path, output_path)
+        onnx_io.copy_file(input_path, output_path, keep=inputs)
         report.copied_unchanged = True
         return report
     _strip_added_value_info(model, original_value_info)
