@@ -82,6 +82,10 @@ def file_kind(path: str | os.PathLike) -> str | None:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:  # no file can have that name
+            return None
+        raise
     for test, kind in ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"),
                        (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
                        (stat.S_ISSOCK, "socket")):

@@ -206,12 +206,14 @@ def _storage_problem(proto: onnx.ModelProto, path: Path) -> str | None:
 
 
 _RANDOM_DATA_SUFFIX = ".00000000.data"  # the longest ending save_model gives a data file name
+_IR_TEMP_EXTRA = len("..00000000")  # onnx_ir writes a data file <name> in a folder .<name>.<random>
 
 
 def _data_stem(output: Path) -> str:
-    """`output`'s name, cut where <name>.<random>.data would not fit the file system's limit."""
+    """`output`'s name, cut where <name>.<random>.data, or onnx_ir's temporary folder named after
+    it, would not fit the file system's limit."""
     parent = fileio.folder_of(output)
-    return fileio.shorten(output.name, fileio.name_max(parent) - len(_RANDOM_DATA_SUFFIX))
+    return fileio.shorten(output.name, fileio.name_max(parent) - len(_RANDOM_DATA_SUFFIX) - _IR_TEMP_EXTRA)
 
 
 def external_data_name(output: Path) -> str:
