@@ -677,6 +677,33 @@ def test_model_and_data_appear_together(tmp_path, monkeypatch):
     assert {p.name for p in out.parent.iterdir()} == {p.name for p in referenced}
 
 
+def test_data_name_taken_between_save_and_publish(tmp_path, monkeypatch):
+    """A run whose data file name another run took after its save chose it (two runs to one output)
+    moves its data to a free name and publishes a whole pair; the other run's data, now unused, goes."""
+    src = _ext_model(tmp_path)
+    model = onnx.load(str(src))
+    for t in model.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) + 1, t.name))
+    onnx.save(model, str(tmp_path / "other.onnx"), save_as_external_data=True, location="other.onnx.data",
+              size_threshold=0)
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    real_publish = onnx_io._publish
+
+    def other_run_first(*args, **kwargs):
+        monkeypatch.setattr(onnx_io, "_publish", real_publish)
+        fuse_file(tmp_path / "other.onnx", out)  # takes fused.onnx.data, the name this run's save chose
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_io, "_publish", other_run_first)
+    fuse_file(src, out)
+    files = onnx_io.model_files(out)
+    assert {p.name for p in out.parent.iterdir()} == {p.name for p in files}
+    assert len(files) == 2 and (out.parent / "fused.onnx.data") not in files
+    for a, b in zip(_weights(out), _weights(src)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o002])
 def test_new_files_get_the_umask_mode(tmp_path, mask):
     _model(tmp_path)

@@ -470,12 +470,12 @@ def test_allowzero_reshape_is_not_made_runnable(tmp_path):
         _run(dst, feeds)
 
 
-def _reduce_mean_graph(cast_at: str):
+def _reduce_mean_graph(cast_at: str, target_as_input: bool = False):
     """The ReduceMean form of a GroupNorm with a no-op Cast(to=FLOAT) after the Reshape back: before
-    the per-channel Mul/Add, or as the graph's output (no affine)."""
+    the per-channel Mul/Add, or as the graph's output (no affine), or none. target_as_input: the grouping
+    Reshape's target [0, 4, -1] is an initializer that is also a graph input."""
     c, g = 8, 4
     nodes = [
-        _const("target", [0, g, -1], np.int64),
         helper.make_node("Reshape", ["x", "target"], ["xg"]),
         _const("axes", [2], np.int64),
         helper.make_node("ReduceMean", ["xg", "axes"], ["mean"]),
@@ -488,7 +488,8 @@ def _reduce_mean_graph(cast_at: str):
         helper.make_node("Div", ["d", "std"], ["nrm"]),
         helper.make_node("Shape", ["x"], ["xs"]),
         helper.make_node("Reshape", ["nrm", "xs"], ["back"]),
-        helper.make_node("Cast", ["back"], ["cast" if cast_at == "before-affine" else "y"], to=F),
+        helper.make_node("Cast", ["back"], ["cast" if cast_at == "before-affine" else "y"], to=F)
+        if cast_at != "none" else helper.make_node("Identity", ["back"], ["y"]),
     ]
     if cast_at == "before-affine":
         nodes += [_const("gamma", RNG.standard_normal((c, 1, 1)), np.float32),
@@ -496,8 +497,11 @@ def _reduce_mean_graph(cast_at: str):
                   _const("beta", RNG.standard_normal((c, 1, 1)), np.float32),
                   helper.make_node("Add", ["scaled", "beta"], ["y"])]
     shape = ["N", c, "H", "W"]
-    model = _model(nodes, [helper.make_tensor_value_info("x", F, shape)], [helper.make_tensor_value_info("y", F, shape)],
-                   opset=18)
+    inputs = [helper.make_tensor_value_info("x", F, shape)]
+    target = numpy_helper.from_array(np.array([0, g, -1], np.int64), "target")
+    if target_as_input:
+        inputs.append(helper.make_tensor_value_info("target", TensorProto.INT64, [3]))
+    model = _model(nodes, inputs, [helper.make_tensor_value_info("y", F, shape)], opset=18, initializers=[target])
     model.ir_version = 10
     return model
 
@@ -508,6 +512,18 @@ def test_no_op_cast_after_the_normalisation(tmp_path, cast_at):
     report, ref, out, fused = _fuse(_reduce_mean_graph(cast_at), tmp_path, feeds, valid=True)
     assert [(f.num_groups, f.channels) for f in report.fused] == [(4, 8)], report.summary()
     assert [n.op_type for n in fused.graph.node] == [spec.PLUGIN_NAME]  # the Cast and the affine taken along
+    _assert_same_numbers(ref, out)
+
+
+def test_grouping_target_that_is_a_graph_input_is_left(tmp_path):
+    # A target fed at run time ([0, 2, -1] for the default [0, 4, -1]) changes num_groups: the
+    # GroupNorm is left (ONNX's shape inference reads the default, so it proves nothing).
+    model = _reduce_mean_graph("none", target_as_input=True)
+    feeds = {"x": RNG.standard_normal((2, 8, 5, 3)).astype(np.float32), "target": np.array([0, 2, -1], np.int64)}
+    report, ref, out, fused = _fuse(model, tmp_path, feeds, valid=True)
+    assert not report.fused
+    assert [left.reason for left in report.left] == [
+        "the grouping Reshape's target depends on a graph input, which can change at run time"]
     _assert_same_numbers(ref, out)
 
 

@@ -403,6 +403,22 @@ def _match_group_normalization(node: ir.Node, opset: int) -> _Match:
     return _Match(GROUP_NORMALIZATION, node, [node], x, _rank(x), channels, groups, eps, dtype, gamma, beta, node.outputs[0])
 
 
+def _reads_graph_input(value: ir.Value) -> bool:
+    """True if computing `value` reads the value (not only the shape) of a graph input."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.is_graph_input():
+            return True
+        node = v.producer()
+        if node is not None and node.op_type != "Shape":
+            pending.extend(node.inputs)
+    return False
+
+
 def _fmt_dims(dims: list) -> str:
     return "[" + ", ".join(f"dim{d[1]}" if isinstance(d, tuple) else str(d) for d in dims) + "]"
 
@@ -422,6 +438,8 @@ def _group_reshape(reshape: ir.Node, x: ir.Value) -> int:
     -1 (or, all static, exactly the rest). num_groups is never read from elsewhere."""
     dims = _reshape_dims(reshape, x)
     if dims is None:  # not a constant or shape arithmetic we follow: the inferred output shape
+        if _reads_graph_input(reshape.inputs[1]):  # inferred from the input's default, not what is fed
+            raise _NoMatch("the grouping Reshape's target depends on a graph input, which can change at run time")
         out = reshape.outputs[0].shape
         xs = x.shape
         if out is None or xs is None or len(out) != 3 or not isinstance(out[1], int) or not _same_dim(out[0], xs[0]):
