@@ -131,6 +131,21 @@ def test_num_groups_comes_from_the_reshape(tmp_path):
     _assert_same_numbers(ref, out)
 
 
+def _normalise_groups():
+    """The ReduceMean form's statistics: nrm = (xg - E[xg]) / sqrt(Var[xg] + eps) over axis 2."""
+    return [
+        _const("axes", [2], np.int64),
+        helper.make_node("ReduceMean", ["xg", "axes"], ["mean"]),
+        helper.make_node("Sub", ["xg", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["d2"]),
+        helper.make_node("ReduceMean", ["d2", "axes"], ["var"]),
+        _const("eps", np.float32(1e-5)),
+        helper.make_node("Add", ["var", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["d", "std"], ["nrm"]),
+    ]
+
+
 def test_reduce_mean_form_reshape_dim0_not_n_is_left(tmp_path):
     # The statistics over Reshape(x, [2N, 4, -1]) (target computed, shape only from value_info):
     # per-channel statistics, not 4 groups. Old: num_groups = 4 read from value_info dim 1.
@@ -142,15 +157,7 @@ def test_reduce_mean_form_reshape_dim0_not_n_is_left(tmp_path):
         _const("rest", [4, -1], np.int64),
         helper.make_node("Concat", ["n2", "rest"], ["target"], axis=0),
         helper.make_node("Reshape", ["x", "target"], ["xg"]),
-        _const("axes", [2], np.int64),
-        helper.make_node("ReduceMean", ["xg", "axes"], ["mean"]),
-        helper.make_node("Sub", ["xg", "mean"], ["d"]),
-        helper.make_node("Mul", ["d", "d"], ["d2"]),
-        helper.make_node("ReduceMean", ["d2", "axes"], ["var"]),
-        _const("eps", np.float32(1e-5)),
-        helper.make_node("Add", ["var", "eps"], ["ve"]),
-        helper.make_node("Sqrt", ["ve"], ["std"]),
-        helper.make_node("Div", ["d", "std"], ["nrm"]),
+        *_normalise_groups(),
         helper.make_node("Reshape", ["nrm", "xs"], ["y"]),
     ]
     x = helper.make_tensor_value_info("x", F, ["N", 8, 4, 4])
@@ -477,15 +484,7 @@ def _reduce_mean_graph(cast_at: str, target_as_input: bool = False):
     c, g = 8, 4
     nodes = [
         helper.make_node("Reshape", ["x", "target"], ["xg"]),
-        _const("axes", [2], np.int64),
-        helper.make_node("ReduceMean", ["xg", "axes"], ["mean"]),
-        helper.make_node("Sub", ["xg", "mean"], ["d"]),
-        helper.make_node("Mul", ["d", "d"], ["d2"]),
-        helper.make_node("ReduceMean", ["d2", "axes"], ["var"]),
-        _const("eps", np.float32(1e-5)),
-        helper.make_node("Add", ["var", "eps"], ["ve"]),
-        helper.make_node("Sqrt", ["ve"], ["std"]),
-        helper.make_node("Div", ["d", "std"], ["nrm"]),
+        *_normalise_groups(),
         helper.make_node("Shape", ["x"], ["xs"]),
         helper.make_node("Reshape", ["nrm", "xs"], ["back"]),
         helper.make_node("Cast", ["back"], ["cast" if cast_at == "before-affine" else "y"], to=F)
