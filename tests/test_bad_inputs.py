@@ -156,6 +156,21 @@ def _data_outside_folder(d: Path) -> None:
     (d / "sub" / "ext.onnx.data").rename(d / "outside.data")
 
 
+def _data_linked_from_outside(d: Path) -> None:
+    """model/ext.onnx whose data file is a symbolic link to blobs/weights (a download cache's layout)."""
+    (d / "blobs").mkdir()
+    (d / "model").mkdir()
+    _ext_model(d / "model")
+    (d / "model" / "ext.onnx.data").rename(d / "blobs" / "weights")
+    (d / "model" / "ext.onnx.data").symlink_to(Path("..") / "blobs" / "weights")
+
+
+def _data_with_two_links(d: Path) -> None:
+    """ext.onnx whose data file has a second hard link, backup.data."""
+    _ext_model(d)
+    os.link(d / "ext.onnx.data", d / "backup.data")
+
+
 HUGE = 2**40  # values a corrupt tensor declares (4 TiB of float32): never to be read or allocated
 
 
@@ -198,7 +213,7 @@ class Case:
     args: list[str]
     setup: Callable[[Path], None]
     exit_code: int
-    first_line: str
+    first_line: str  # exact; {d} stands for the case's folder (resolved)
     needs: str = ""  # "no-tensorrt", "no-gpu", "root" (mknod): the case only holds there
     timeout: float = 300
 
@@ -273,6 +288,13 @@ CLI_CASES = {
     "fuse-data-outside-model-folder": Case(["fuse", "sub/ext.onnx", "out.onnx"], _data_outside_folder, BAD,
                                            "trt-gn fuse: error: sub/ext.onnx: external data location "
                                            "'../outside.data' of tensor 'scale' is outside the model's folder sub"),
+    "fuse-data-linked-from-outside": Case(["fuse", "model/ext.onnx", "out.onnx"], _data_linked_from_outside, BAD,
+                                          "trt-gn fuse: error: model/ext.onnx: external data file model/ext.onnx.data "
+                                          "is a link to {d}/blobs/weights, outside the model's folder model; onnx_ir "
+                                          "reads no data from there (copy the file in)"),
+    "fuse-data-with-two-hard-links": Case(["fuse", "ext.onnx", "out.onnx"], _data_with_two_links, BAD,
+                                          "trt-gn fuse: error: ext.onnx: external data file ext.onnx.data has 2 hard "
+                                          "links; onnx_ir reads only files with one (copy it)"),
     "fuse-tensor-larger-than-its-bytes": Case(["fuse", "huge.onnx", "out.onnx"], _huge_inline_tensor, BAD,
                                               f"trt-gn fuse: error: huge.onnx: tensor 'scale' declares {HUGE} FLOAT "
                                               f"values ({4 * HUGE} bytes) but holds 4 bytes"),
@@ -416,6 +438,7 @@ class Outcome:
     proc: subprocess.CompletedProcess
     before: dict[str, str]
     after: dict[str, str]
+    folder: Path
 
 
 @pytest.fixture(scope="module")
@@ -432,7 +455,7 @@ def cli_outcomes(tmp_path_factory) -> dict[str, Outcome]:
         befores[name] = snapshot(root / name)
         cases[name] = (case.args, root / name)
     procs = run_warm(cases, logs)
-    return {n: Outcome(procs[n], befores[n], snapshot(root / n)) for n in cases}
+    return {n: Outcome(procs[n], befores[n], snapshot(root / n), root / n) for n in cases}
 
 
 def _check_message(stderr: str, first_line: str) -> None:
@@ -456,7 +479,7 @@ def test_cli_bad_input(cli_outcomes, name):
         pytest.skip(f"holds only with {case.needs}")
     o = cli_outcomes[name]
     assert o.proc.returncode == case.exit_code, o.proc.stderr
-    _check_message(o.proc.stderr, case.first_line)
+    _check_message(o.proc.stderr, case.first_line.replace("{d}", str(o.folder.resolve())))
     assert o.after == o.before  # inputs unchanged (sha256), no output, no staging or temp files
 
 

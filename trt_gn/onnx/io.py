@@ -118,19 +118,19 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-T = onnx.TensorProto
-_SUB_BYTE_BITS = {getattr(T, name): bits for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4),
-                                                           ("INT2", 2), ("UINT2", 2)) if hasattr(T, name)}
+_TP = onnx.TensorProto
+_SUB_BYTE_BITS = {getattr(_TP, name): bits for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4),
+                                                           ("INT2", 2), ("UINT2", 2)) if hasattr(_TP, name)}
 # The typed field that holds a tensor's values when it has no raw_data, and its entries per value.
-_TYPED_FIELD = {T.FLOAT: ("float_data", 1), T.COMPLEX64: ("float_data", 2), T.DOUBLE: ("double_data", 1),
-                T.COMPLEX128: ("double_data", 2), T.INT64: ("int64_data", 1), T.UINT32: ("uint64_data", 1),
-                T.UINT64: ("uint64_data", 1), T.STRING: ("string_data", 1)}
+_TYPED_FIELD = {_TP.FLOAT: ("float_data", 1), _TP.COMPLEX64: ("float_data", 2), _TP.DOUBLE: ("double_data", 1),
+                _TP.COMPLEX128: ("double_data", 2), _TP.INT64: ("int64_data", 1), _TP.UINT32: ("uint64_data", 1),
+                _TP.UINT64: ("uint64_data", 1), _TP.STRING: ("string_data", 1)}
 
 
 def _declared_bytes(tensor: onnx.TensorProto) -> tuple[int, int | None]:
     """(number of values, bytes they take; None for strings) from dims and type alone."""
     count = math.prod(tensor.dims)
-    if tensor.data_type == T.STRING:
+    if tensor.data_type == _TP.STRING:
         return count, None
     bits = _SUB_BYTE_BITS.get(tensor.data_type)
     if bits is not None:
@@ -143,7 +143,7 @@ def _inline_problem(tensor: onnx.TensorProto) -> str | None:
     count, nbytes = _declared_bytes(tensor)
     type_name = onnx.helper.tensor_dtype_to_string(tensor.data_type).replace("TensorProto.", "")
     declares = f"tensor {tensor.name!r} declares {count} {type_name} values"
-    if tensor.raw_data or (nbytes == 0 and tensor.data_type != T.STRING):
+    if tensor.raw_data or (nbytes == 0 and tensor.data_type != _TP.STRING):
         if nbytes is not None and len(tensor.raw_data) != nbytes:
             return f"{declares} ({nbytes} bytes) but holds {len(tensor.raw_data)} bytes"
         return None
@@ -165,16 +165,34 @@ def _external_entries(proto: onnx.ModelProto):
             yield tensor, {e.key: e.value for e in tensor.external_data}
 
 
+def _data_file_problem(file: Path, location: str, folder: Path, tensor: str) -> str | None:
+    """An external data file must exist where onnx_ir reads it: named inside the model's folder,
+    still inside it after following links, with one hard link. onnx_ir refuses any other file (as a
+    guard against a model reading files it was not given) when the model's path has a folder;
+    these rules hold here however the path is spelled."""
+    inside = os.path.normpath(os.path.abspath(file)).startswith(os.path.normpath(os.path.abspath(folder)) + os.sep)
+    if location and not inside:
+        return f"external data location {location!r} of tensor {tensor!r} is outside the model's folder {folder}"
+    if not location or not file.is_file():
+        return f"external data file {file} of tensor {tensor!r} does not exist"
+    if folder.resolve() not in file.resolve().parents:
+        return (f"external data file {file} is a link to {file.resolve()}, outside the model's folder {folder}; "
+                "onnx_ir reads no data from there (copy the file in)")
+    links = file.stat().st_nlink
+    if links > 1:
+        return f"external data file {file} has {links} hard links; onnx_ir reads only files with one (copy it)"
+    return None
+
+
 def _storage_problem(proto: onnx.ModelProto, path: Path) -> str | None:
     """Every tensor's storage must hold the values it declares (read from sizes, nothing loaded):
     inline bytes or typed fields, or bytes of an existing external data file inside the model's
     folder."""
-    folder = path.parent.resolve()
     sizes: dict[Path, int] = {}
     for tensor in onnx.external_data_helper._get_all_tensors(proto):
         if any(d < 0 for d in tensor.dims):
             return f"tensor {tensor.name!r} has a negative dimension {list(tensor.dims)}"
-        if tensor.data_location != T.EXTERNAL:
+        if tensor.data_location != _TP.EXTERNAL:
             problem = _inline_problem(tensor)
             if problem:
                 return problem
@@ -182,12 +200,10 @@ def _storage_problem(proto: onnx.ModelProto, path: Path) -> str | None:
         entry = {e.key: e.value for e in tensor.external_data}
         location = entry.get("location", "")
         file = path.parent / location
-        if location and folder not in file.resolve().parents:
-            return (f"external data location {location!r} of tensor {tensor.name!r} is outside the model's "
-                    f"folder {path.parent}")
         if file not in sizes:
-            if not location or not file.is_file():
-                return f"external data file {file} of tensor {tensor.name!r} does not exist"
+            problem = _data_file_problem(file, location, path.parent, tensor.name)
+            if problem:
+                return problem
             sizes[file] = file.stat().st_size
         try:
             offset, length = int(entry.get("offset") or 0), entry.get("length")
