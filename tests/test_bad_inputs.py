@@ -15,6 +15,8 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -858,6 +860,52 @@ def test_signal_during_the_save_removes_the_staging(tmp_path, signum):
     assert proc.returncode == errors.EXIT_INTERRUPTED, err
     _check_message(err, "trt-gn fuse: error: interrupted; nothing was written")
     assert snapshot(tmp_path) == before  # no staging folder, no output, the input unchanged
+
+
+def _interrupt_self() -> None:
+    """Ctrl-C sent to this process's main thread (where Python runs signal handlers)."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def test_interrupt_right_after_the_staging_folder_is_made(tmp_path, monkeypatch):
+    """An interrupt between making the staging folder and taking it in hand leaves nothing."""
+    _model(tmp_path)
+    before = snapshot(tmp_path)
+    real_mkdtemp, sent = tempfile.mkdtemp, []
+
+    def mkdtemp_then_interrupt(*args, **kwargs):
+        made = real_mkdtemp(*args, **kwargs)
+        if not sent:
+            sent.append(made)
+            _interrupt_self()
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fuse_file(tmp_path / "model.onnx", tmp_path / "out.onnx")
+    assert sent and snapshot(tmp_path) == before
+
+
+def test_interrupt_between_data_and_model_publish(tmp_path, monkeypatch):
+    """An interrupt after the data file is published waits for the model file: the output is a
+    whole pair, never a data file alone."""
+    src = _ext_model(tmp_path)
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    real_publish = fileio.publish_file
+
+    def publish_then_interrupt(staged, target):
+        real_publish(staged, target)
+        if str(target).endswith(".data"):
+            _interrupt_self()
+
+    monkeypatch.setattr(fileio, "publish_file", publish_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fuse_file(src, out)
+    files = onnx_io.model_files(out)
+    assert len(files) == 2 and {p.name for p in out.parent.iterdir()} == {p.name for p in files}
+    for a, b in zip(_weights(out), _weights(src)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_fuse_help_lists_the_exit_code_of_sigterm():

@@ -21,6 +21,7 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 import stat
 import tempfile
 import threading
@@ -162,15 +163,37 @@ def writable_folder_problem(folder: str | os.PathLike) -> str | None:
     return None
 
 
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """SIGINT and SIGTERM held back while the body runs, and delivered after it: for steps that an
+    interrupt must not cut in two (making a temporary folder and taking it in hand for removal;
+    the renames that publish a model and its data)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @contextlib.contextmanager
 def staging_folder(parent: str | os.PathLike, name: str):
     """A fresh hidden folder in `parent` (umask mode), removed on exit with whatever is left in it."""
-    stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(parent, name, ".partial"), suffix=".partial", dir=parent))
+    stage = None
     try:
+        with interrupts_deferred():  # an interrupt right after mkdtemp would leave the folder
+            stage = Path(tempfile.mkdtemp(prefix=_temp_prefix(parent, name, ".partial"), suffix=".partial",
+                                          dir=parent))
         os.chmod(stage, folder_mode())
         yield stage
     finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def pause_before_publish() -> None:
@@ -205,7 +228,6 @@ def publish_lock(folder: str | os.PathLike):
 
 def publish_file(staged: str | os.PathLike, target: str | os.PathLike) -> None:
     """Give the staged file the umask's mode and rename it onto `target` (same file system)."""
-    pause_before_publish()
     os.chmod(staged, file_mode())
     os.replace(staged, target)
 
@@ -219,6 +241,7 @@ def write_bytes(path: str | os.PathLike, data) -> Path:
             f.write(memoryview(data))
             f.flush()
             os.fsync(f.fileno())
+        pause_before_publish()
         publish_file(tmp, path)
     return path
 
@@ -233,6 +256,7 @@ def copy_file(src: str | os.PathLike, path: str | os.PathLike) -> Path:
     with staging_folder(folder_of(path), path.name) as stage:
         tmp = stage / path.name
         shutil.copyfile(src, tmp)
+        pause_before_publish()
         publish_file(tmp, path)
     return path
 

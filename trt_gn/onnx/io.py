@@ -341,6 +341,7 @@ def _publish(stage: Path, data_name: str | None, output: Path, keep: set[Path]) 
     parent = fileio.folder_of(output)
     staged = stage / output.name
     owned = _data_names_of(output)
+    fileio.pause_before_publish()
     with fileio.publish_lock(parent):
         previous = {f for f in _referenced_files(output) if f.parent == parent.resolve() and owned.fullmatch(f.name)}
         if data_name and (parent / data_name).exists():
@@ -348,18 +349,19 @@ def _publish(stage: Path, data_name: str | None, output: Path, keep: set[Path]) 
             os.rename(stage / data_name, stage / free)
             _relocate(staged, data_name, free)
             data_name = free
-        if data_name:
-            # A new name: publishing the data replaces nothing; the model file still points at the old.
-            fileio.publish_file(stage / data_name, parent / data_name)
-        try:
-            fileio.publish_file(staged, output)  # the one step that publishes model and data
-        except BaseException:
+        with fileio.interrupts_deferred():  # an interrupt waits for the renames: never a data file alone
             if data_name:
-                (parent / data_name).unlink(missing_ok=True)
-            raise
-        new_data = (parent / data_name).resolve() if data_name else None
-        for old in previous - set(keep) - {new_data}:
-            old.unlink(missing_ok=True)
+                # A new name: publishing the data replaces nothing; the model file still points at the old.
+                fileio.publish_file(stage / data_name, parent / data_name)
+            try:
+                fileio.publish_file(staged, output)  # the one step that publishes model and data
+            except BaseException:
+                if data_name:
+                    (parent / data_name).unlink(missing_ok=True)
+                raise
+            new_data = (parent / data_name).resolve() if data_name else None
+            for old in previous - set(keep) - {new_data}:
+                old.unlink(missing_ok=True)
 
 
 def _relocate(model_file: Path, old: str, new: str) -> None:
