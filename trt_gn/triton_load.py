@@ -24,7 +24,7 @@ instance's memory are sent, and two clients hang up mid-request (half a body sen
 sent and the connection closed unread). Each answer is recorded; the server must stay live and the
 background requests must all succeed with the right output. With ``--kill-stub`` one instance's
 Python backend stub process is then killed (SIGKILL): what the requests get, whether Triton recovers
-by itself within ``--recover-wait`` s, else the model is loaded again through the repository API, and
+by itself within ``--recover-wait`` s, else the model is unloaded and loaded through the repository API, and
 the time until requests succeed again; every request is bounded by ``--timeout``.
 
 compare: one request per payload to each model, and a float32 eager reference of the recipe (same
@@ -267,6 +267,8 @@ class LoadRunner:
                 rec = Record(start, time.monotonic(), inputs[0].shape[0], False, f"{type(exc).__name__}: {exc}")
             with self._lock:
                 self.records.append(rec)
+            if not rec.ok:
+                time.sleep(0.05)  # a failing server answers at once: no flood of retries
         client.close()
 
 
@@ -386,13 +388,28 @@ def stub_pids(instance: str) -> list:
     return sorted(pids)
 
 
-def load_model(url: str, model: str, timeout: float = 600) -> tuple[bool, str, float]:
-    """POST the repository API's load (a reload when the model is loaded): (ok, message, seconds)."""
+def reload_model(url: str, model: str, timeout: float = 600) -> tuple[bool, str, float]:
+    """Unload and load `model` through the repository API (a load alone leaves a loaded model whose
+    files did not change as it is, dead stub included): (ok, the server's answer, seconds)."""
     client = Client(url, timeout)
     start = time.monotonic()
     try:
-        status, _, body = client.request("POST", f"/v2/repository/models/{model}/load")
-        return status == 200, body.decode(errors="replace")[:500], round(time.monotonic() - start, 2)
+        for action in ("unload", "load"):
+            status, _, body = client.request("POST", f"/v2/repository/models/{model}/{action}")
+            if status != 200:
+                return False, f"{action}: HTTP {status} {body.decode(errors='replace')[:500]}", \
+                    round(time.monotonic() - start, 2)
+        return True, "", round(time.monotonic() - start, 2)
+    finally:
+        client.close()
+
+
+def model_ready(url: str, model: str) -> int:
+    client = Client(url, 10)
+    try:
+        return client.request("GET", f"/v2/models/{model}/ready")[0]
+    except (OSError, http.client.HTTPException):
+        return 0
     finally:
         client.close()
 
@@ -461,6 +478,8 @@ def _kill_stub(url: str, io: ModelIO, runner: LoadRunner, recover_wait: float, t
         os.kill(pid, signal.SIGKILL)
     log(f"  killed the stub of {instance} (pid {', '.join(map(str, pids))})")
     out = {"instance": instance, "pids": pids}
+    time.sleep(1)
+    out["model_ready_after_kill"] = model_ready(url, io.name)  # HTTP status of the readiness check
 
     def first(after: float, ok: bool):
         with runner._lock:
@@ -473,9 +492,10 @@ def _kill_stub(url: str, io: ModelIO, runner: LoadRunner, recover_wait: float, t
     out["recovered_by_itself"] = recovered is not None
     if recovered is None:
         t_reload = time.monotonic()
-        ok, message, seconds = load_model(url, io.name)
-        out["reload"] = {"ok": ok, "seconds": seconds, "answer": message}
-        log(f"  no success within {recover_wait:.0f} s of the kill: model loaded again in {seconds} s (ok: {ok})")
+        ok, message, seconds = reload_model(url, io.name)
+        out["reload"] = {"ok": ok, "seconds": seconds, "answer": message, "started_s": round(t_reload - t_kill, 3)}
+        log(f"  no success within {recover_wait:.0f} s of the kill (readiness still HTTP "
+            f"{out['model_ready_after_kill']}): unloaded and loaded again in {seconds} s (ok: {ok})")
         limit = time.monotonic() + 60
         while time.monotonic() < limit and first(t_reload, True) is None:
             time.sleep(0.2)

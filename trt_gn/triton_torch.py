@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Sequence
 
 from .engine import TensorSpec
-from .errors import EXIT_MISSING
+from . import spec
+from .errors import EXIT_MISSING, first_line
 from .triton import RepositoryError, RepositoryOptions, _check_common, _publish, _quote, _resolve_batching, \
     model_config_text
 
@@ -61,6 +62,7 @@ class TorchModelOptions:
     gpu_memory_limit_gib: float | None = None
     python_path: Sequence[str] | None = None  # None: where torch and diffusers are found here
     kernels_library: str | os.PathLike | None = None  # None: the one trt_gn finds here (trt_gn variant, GPU)
+    queue_timeout_ms: int | None = None  # reject a request queued longer (dynamic batcher's queue policy)
 
 
 @dataclass
@@ -140,10 +142,13 @@ def _kernels_library(torch_options: TorchModelOptions) -> str:
     try:
         return str(_lib.find_kernels_library().resolve())
     except FileNotFoundError as exc:
-        raise RepositoryError(f"the trt_gn variant on a GPU needs the kernels library, which is not found here "
-                              f"({str(exc).splitlines()[0]})",
-                              "build it (cmake -S plugin_src -B build && cmake --build build) or pass "
-                              "--kernels-library PATH", exit_code=EXIT_MISSING) from None
+        looked = getattr(exc, "looked_in", None)
+        where = f"looked in: {', '.join(map(str, looked))}" if looked else first_line(exc)
+        raise RepositoryError(f"the trt_gn variant on a GPU needs the kernels library {spec.KERNELS_LIBRARY}, "
+                              f"which is not found here ({where})",
+                              f"build it (cmake -S plugin_src -B build && cmake --build build), set "
+                              f"{_lib.KERNELS_LIBRARY_ENV}, or pass --kernels-library PATH",
+                              exit_code=EXIT_MISSING) from None
 
 
 def _check_options(torch_options: TorchModelOptions, options: RepositoryOptions) -> None:
@@ -158,6 +163,8 @@ def _check_options(torch_options: TorchModelOptions, options: RepositoryOptions)
         raise RepositoryError("--gpu-memory-limit needs --device gpu")
     if o.gpu_memory_limit_gib is not None and not o.gpu_memory_limit_gib > 0:
         raise RepositoryError(f"--gpu-memory-limit must be > 0 GiB, got {o.gpu_memory_limit_gib}")
+    if o.queue_timeout_ms is not None and o.queue_timeout_ms < 1:
+        raise RepositoryError(f"--queue-timeout-ms must be >= 1, got {o.queue_timeout_ms}")
     if options.io_from != "auto":
         raise RepositoryError("--io-from belongs to the TensorRT backend", "drop it with --backend pytorch")
     if options.max_batch_size is not None and options.max_batch_size < 1:
@@ -197,6 +204,17 @@ def parameters_text(params: dict) -> str:
                    for k, v in params.items())
 
 
+def _with_queue_timeout(text: str, timeout_ms: int) -> str:
+    """Triton rejects a request that waited `timeout_ms` in the dynamic batcher's queue (instead of
+    letting it wait, e.g. while the model is loaded again)."""
+    head = "dynamic_batching {\n"
+    if text.count(head) != 1:
+        raise RepositoryError("internal: the config has no single dynamic_batching block for the queue policy")
+    policy = (f"  default_queue_policy {{\n    timeout_action: REJECT\n"
+              f"    default_timeout_microseconds: {int(timeout_ms) * 1000}\n    allow_timeout_override: true\n  }}\n")
+    return text.replace(head, head + policy)
+
+
 def write_torch_repository(repository, model_name: str, recipe: str, options: RepositoryOptions | None = None,
                            torch_options: TorchModelOptions | None = None) -> TorchRepositoryResult:
     """Write ``<repository>/<model_name>`` serving `recipe` in PyTorch (see the module docstring).
@@ -220,6 +238,8 @@ def write_torch_repository(repository, model_name: str, recipe: str, options: Re
         if text.count("kind: KIND_CPU") != 1:
             raise RepositoryError("internal: the config's instance_group has no single KIND_CPU to make KIND_GPU")
         text = text.replace("kind: KIND_CPU", "kind: KIND_GPU")
+    if torch_options.queue_timeout_ms is not None:
+        text = _with_queue_timeout(text, torch_options.queue_timeout_ms)
     text += parameters_text(params)
     notes = []
     if torch_options.compile:

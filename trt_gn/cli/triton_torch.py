@@ -49,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="instance kind: gpu (KIND_GPU, every GPU or --gpus) or cpu (default: gpu)")
     g.add_argument("--gpu-memory-limit", type=float, metavar="GIB",
                    help="cap on each instance's CUDA memory in GiB (default: none)")
+    g.add_argument("--queue-timeout-ms", type=int, metavar="MS",
+                   help="reject a request that waits longer than MS in Triton's queue (default: no limit)")
     g.add_argument("--python-path", metavar="DIRS",
                    help="folders (':'-separated) holding torch and diffusers where the server runs (default: "
                    "where they are found here)")
@@ -68,7 +70,8 @@ def run(args, options) -> int:
     torch_options = TorchModelOptions(
         variant=args.variant, dtype=args.dtype, channels_last=args.channels_last, compile=args.compile,
         weights=args.weights, seed=args.seed, latent_size=args.latent_size, device=args.device,
-        gpu_memory_limit_gib=args.gpu_memory_limit, python_path=python_path, kernels_library=args.kernels_library)
+        gpu_memory_limit_gib=args.gpu_memory_limit, python_path=python_path, kernels_library=args.kernels_library,
+        queue_timeout_ms=args.queue_timeout_ms)
     model = args.model or args.plan
     result = write_torch_repository(args.repository, model, args.plan, options, torch_options)
     for note in result.notes:
