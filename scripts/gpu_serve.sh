@@ -42,6 +42,7 @@ T0=$(date +%s)
 DEADLINE=$(( T0 + ${BUDGET_S:-560} ))
 STAGE_SECONDS=${STAGE_SECONDS:-30}
 mkdir -p "$OUT" "$WORK" "$LOGS"
+cd "$WORK"  # python3 -m puts the working folder first on sys.path: no other trt_gn may shadow this one
 export PYTHONUNBUFFERED=1
 # NVLink multicast stays off (shared machines); nothing here uses NCCL anyway.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
