@@ -8,7 +8,7 @@
 #         one instance on GPU 0) in one server: images against a float32 reference (compare.json),
 #         then throughput and latency at concurrency 1, 2, 4, 8, 16 (load.csv)
 # faults  bad requests, hang-ups and a killed stub during a concurrency-8 load on vae_faults (the
-#         trt_gn model with max_batch_size 32 and a 2 GiB memory cap per instance) (faults.json)
+#         trt_gn model with max_batch_size 32 and a 3 GiB memory cap per instance) (faults.json)
 # scale   concurrency 16 on vae_trt_gn (GPU 0) and vae_trt_gn_2gpu (one instance on each of GPUs
 #         0 and 1), nvidia-smi sampled throughout (scale.csv, smi.csv)
 #

@@ -531,11 +531,17 @@ def compare(url: str, models: list, recipe: str, *, seed: int, payloads: int, ti
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = build(recipe, dtype=torch.float32, seed=seed).to(device)
     ref = []
-    with torch.inference_mode():
-        for p in pays:
-            x = torch.from_numpy(to_float32(p[0]).reshape(p[0].shape)).to(device)
-            ref.append(model(x).cpu().numpy().reshape(-1))
-    out = {"recipe": recipe, "seed": seed, "payloads": payloads, "reference": f"float32 eager on {device}",
+    # float32 arithmetic: PyTorch's default lets cuDNN run float32 convolutions in TF32 (fp16's mantissa)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.inference_mode():
+            for p in pays:
+                x = torch.from_numpy(to_float32(p[0]).reshape(p[0].shape)).to(device)
+                ref.append(model(x).cpu().numpy().reshape(-1))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    out = {"recipe": recipe, "seed": seed, "payloads": payloads, "reference": f"float32 eager on {device}, TF32 off",
            "models": {}}
 
     def errors(a, b):
