@@ -1,6 +1,6 @@
 """`trt-gn triton RECIPE --backend pytorch`: the repository it writes, the model file's request
-handling in-process, and the model served by the real tritonserver (tests/tritonserver.py) with
---disable-auto-complete-config.
+handling in-process, and the model served by the real tritonserver (tests/tritonserver.py, which
+starts it with --disable-auto-complete-config: each config is checked as written).
 
 Here, without a GPU, the server serves the tiny VAE decoder on KIND_CPU instances (trt_gn's op
 runs its float64 reference there), in fp16 and bf16, with Triton's dynamic batcher combining
@@ -20,7 +20,6 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
@@ -272,19 +271,6 @@ def test_text_files_open_as_utf8_in_a_c_locale_interpreter():
 
 # -- the real server --------------------------------------------------------------------------------
 
-class StrictServer(tritonserver.TritonServer):
-    """tests/tritonserver.py's server with --disable-auto-complete-config: each config must be complete."""
-
-    def start(self):
-        popen = subprocess.Popen
-
-        def strict(cmd, *args, **kwargs):
-            return popen([*cmd, "--disable-auto-complete-config"], *args, **kwargs)
-
-        with mock.patch.object(tritonserver.subprocess, "Popen", strict):
-            return super().start()
-
-
 needs_server = pytest.mark.skipif(SERVER_MISSING is not None, reason=str(SERVER_MISSING))
 
 
@@ -314,7 +300,7 @@ def _stats(server, model: str) -> dict:
 
 @needs_server
 def test_served_on_the_cpu_batched_with_clear_errors(cpu_repository, tmp_path):
-    with StrictServer(cpu_repository, log_file=tmp_path / "server.log") as server:
+    with tritonserver.TritonServer(cpu_repository, log_file=tmp_path / "server.log") as server:
         loaded = {m: server.load(m) for m in ("stock_fp16", "trt_gn_bf16", "on_gpu", "on_every_gpu")}
         url = server.http_url
         client = triton_load.Client(url, timeout=120)
@@ -370,7 +356,7 @@ def test_a_killed_stub_fails_fast_until_the_model_is_loaded_again(cpu_repository
     """tritonserver 2.51 does not restart a Python backend stub, and still calls the model ready: its
     requests fail at once, naming the stub, until the model is unloaded and loaded again (the
     repository API; a load alone keeps the loaded model), and then succeed."""
-    with StrictServer(cpu_repository, log_file=tmp_path / "server.log") as server:
+    with tritonserver.TritonServer(cpu_repository, log_file=tmp_path / "server.log") as server:
         assert server.load("stock_fp16") is None
         client = triton_load.Client(server.http_url, timeout=60)
         io = triton_load.model_io(client, "stock_fp16")
@@ -399,7 +385,7 @@ def test_a_killed_stub_fails_fast_until_the_model_is_loaded_again(cpu_repository
 def test_served_on_the_gpu_of_its_instance(tmp_path):
     repo = tmp_path / "models"
     _write(repo, "gpu_trt_gn", "--gpus", "0", "--max-batch-size", "2")
-    with StrictServer(repo, log_file=tmp_path / "server.log") as server:
+    with tritonserver.TritonServer(repo, log_file=tmp_path / "server.log") as server:
         assert server.load("gpu_trt_gn") is None, server.log()[-2000:]
         io = triton_load.model_io(triton_load.Client(server.http_url), "gpu_trt_gn")
         pays = [triton_load.payload(io, 1, 0)]

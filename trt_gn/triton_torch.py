@@ -82,7 +82,7 @@ class TorchRepositoryResult:
 
 def recipe_io(recipe_name: str, dtype: str, latent_size: int | None = None) -> tuple[list, list]:
     """(inputs, outputs) TensorSpecs of a recipe served at one latent size; the batch is dimension 0 (None)."""
-    from .onnx.recipes import RECIPES
+    from .onnx.recipe_table import RECIPES
 
     if recipe_name not in RECIPES:
         raise RepositoryError(f"unknown model recipe '{recipe_name}'", f"choose one of {', '.join(sorted(RECIPES))}")

@@ -20,7 +20,7 @@ wrote it, and torch and diffusers from the folders they are found in here (--pyt
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --backend pytorch and its options to `trt-gn triton`'s parser."""
-    from ..onnx.recipes import RECIPES
+    from ..onnx.recipe_table import RECIPES
     from ..triton_torch import BACKEND, DEVICES, DTYPES, VARIANTS
 
     for action in parser._actions:

@@ -254,10 +254,16 @@ class TorchModel:
             model = model.to(memory_format=torch.channels_last)
         if variant == "trt_gn":
             if self.device.type == "cuda":
+                from trt_gn import ops
+
                 try:
                     _lib.load()
+                    # Chosen (and the C++ op built, where it is) now rather than by the first request.
+                    self.log(f"{self.name}: trt_gn's op on CUDA: {ops.implementation()}")
                 except (OSError, FileNotFoundError) as exc:
                     raise ModelError(f"the trt_gn kernels library cannot be loaded: {_first_line(exc)}") from exc
+                except (RuntimeError, ValueError) as exc:  # TRT_GN_TORCH_OP's choice failed
+                    raise ModelError(f"trt_gn's op cannot run on CUDA: {_first_line(exc)}") from exc
             report = swap_group_norms(model)
             if not report.replaced:
                 raise ModelError(f"recipe {p['recipe']}: no GroupNorm was swapped for trt_gn's")
