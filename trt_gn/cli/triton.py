@@ -91,7 +91,15 @@ def register(subparsers) -> None:
                    help="dynamic batcher max queue delay in microseconds (default: 100)")
     p.add_argument("--version", type=int, default=1, metavar="N", help="model version folder (default: 1)")
     p.add_argument("--overwrite", action="store_true", help="replace REPOSITORY/MODEL if it exists")
+    _add_pytorch_backend(p)
     p.set_defaults(func=run)
+
+
+def _add_pytorch_backend(p) -> None:
+    # --backend pytorch (a recipe's PyTorch module in the Python backend) lives in cli/triton_torch.py.
+    from .triton_torch import add_arguments
+
+    add_arguments(p)
 
 
 def run(args) -> int:
@@ -104,6 +112,10 @@ def run(args) -> int:
                                 preferred_batch_sizes=args.preferred_batch_sizes,
                                 max_queue_delay_us=args.max_queue_delay_us, version=args.version,
                                 overwrite=args.overwrite)
+    if args.backend == "pytorch":
+        from .triton_torch import run as run_pytorch
+
+        return run_pytorch(args, options)
     if args.backend == "python":
         return _run_python(args, model, options)
     # Everything is checked before the folder is written; errors carry their exit code (trt_gn.errors).
