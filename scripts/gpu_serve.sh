@@ -12,7 +12,7 @@
 # scale   concurrency 16 on vae_trt_gn (GPU 0) and vae_trt_gn_2gpu (one instance on each of GPUs
 #         0 and 1), nvidia-smi sampled throughout (scale.csv, smi.csv)
 #
-# Inputs ($CARRY, default .carry/h49 of the repository the command runs in):
+# Inputs ($CARRY, default .carry/serve of the repository the command runs in):
 #   tritonserver-py312.tar.xz   tritonserver 2.51 of the nvidia-pytriton 0.7.0 wheel: bin/, lib/,
 #                               backends/python/ with the Python 3.12 stub beside libtriton_python.so
 #   *.whl                       pure-Python packages missing there (diffusers)
@@ -27,9 +27,9 @@
 # (SERVE_PYTHON_BIN: the bin folder of the Python environment the stub is to use).
 set -uo pipefail
 SRC="$(cd "$(dirname "$0")/.." && pwd)"
-CARRY=${CARRY:-$PWD/.carry/h49}
+CARRY=${CARRY:-$PWD/.carry/serve}
 OUT=${OUT:-$SRC/gpu-out}
-WORK=${WORK:-/tmp/h49}
+WORK=${WORK:-/tmp/trt_gn_serve}
 TS=${TRITONSERVER_HOME:-$WORK/tritonserver}
 REPO=$WORK/models
 LOGS=$WORK/logs
@@ -125,7 +125,7 @@ start_server() {  # MODELS...: loaded at start-up (in parallel); returns once th
     --backend-directory="$TS/backends" --cache-directory="$TS/caches" --model-control-mode=explicit "${args[@]}" \
     --disable-auto-complete-config --exit-on-error=false --http-address=127.0.0.1 --http-port="$HTTP" \
     --grpc-address=127.0.0.1 --grpc-port=$((HTTP + 1)) --metrics-port=$((HTTP + 2)) --allow-metrics=true \
-    --allow-gpu-metrics=true --backend-config=python,shm-region-prefix-name=h49_ \
+    --allow-gpu-metrics=true --backend-config=python,shm-region-prefix-name=trtgn_gpu_serve_ \
     --backend-config=python,shm-default-byte-size=67108864 --backend-config=python,shm-growth-byte-size=67108864 \
     --exit-timeout-secs=10 --log-verbose=0 >"$LOGS/server.log" 2>&1 </dev/null &
   sleep 2
@@ -172,7 +172,7 @@ stop_server() {
   kill -TERM "$pid" 2>/dev/null
   for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   kill -KILL -- "-$pid" 2>/dev/null  # its session's process group: the stubs too
-  rm -f /dev/shm/h49_* "$WORK/server.pid"
+  rm -f /dev/shm/trtgn_gpu_serve_* "$WORK/server.pid"
 }
 
 smi_start() { nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -lms 500 \
