@@ -22,7 +22,7 @@ from . import spec
 
 ABI_VERSION = 3  # TRTGN_ABI_VERSION this binding mirrors
 # Versions only add functions: a library of an older one back to this loads, without the newer calls
-# (scripts/ab_kernels.py times earlier revisions through this binding).
+# (trt_gn/lab/ab.py times earlier revisions through this binding).
 MIN_ABI_VERSION = 2
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"

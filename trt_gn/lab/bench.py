@@ -14,7 +14,7 @@ more than UNSTEADY, the table marks it.
 
 The compiled variants are compiled once per (shape, dtype, layout), before any timing, with dynamo's
 recompile limits raised; each is checked to have compiled one graph and to compile nothing more
-while it is timed (trt_gn.compile_check), so no cell reports eager PyTorch under a compiled name.
+while it is timed (trt_gn.lab.compile_check), so no cell reports eager PyTorch under a compiled name.
 The best peer of a (shape, dtype) is the fastest PyTorch variant in the table.
 """
 
@@ -28,8 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import fileio
-from .errors import EXIT_FAILED, EXIT_MISSING, Error
+from .. import fileio
+from ..errors import EXIT_FAILED, EXIT_MISSING, Error
 from .shapes import Shape, select_shapes
 
 LAUNCHES = 20
@@ -120,8 +120,8 @@ def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     """A closure enqueuing one trtgn_group_norm() with fixed buffers (no allocation per launch)."""
     import torch
 
-    from . import _lib
-    from .ops import abi_params
+    from .. import _lib
+    from ..ops import abi_params
 
     params = abi_params(x, y, weight, bias, shape.groups, shape.eps, "silu", layout=layout)
     nbytes = _lib.workspace_size(params)
@@ -132,7 +132,7 @@ def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
                         torch.cuda.current_stream().cuda_stream)
 
     launch.keep_alive = (params, workspace)  # the buffers live as long as the closure
-    # Libraries before ABI 3 (scripts/ab_kernels.py times earlier revisions) cannot say.
+    # Libraries before ABI 3 (trt_gn.lab.ab times earlier revisions) cannot say.
     launch.plan = plan_summary(_lib.describe_plan(params)) if _lib.abi_version() >= 3 else None
     return launch
 
@@ -218,9 +218,9 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     import torch
     import torch._dynamo
 
-    from . import _lib
+    from .. import _lib
     from .compile_check import CompileFallbackError, raised_recompile_limits
-    from .reference import group_norm_act_reference, max_errors
+    from ..reference import group_norm_act_reference, max_errors
 
     # The arguments first: a bad option is reported the same with or without a GPU.
     if replays < MIN_REPLAYS:
@@ -387,7 +387,7 @@ def run_host_overhead(shape=HOST_SHAPE, dtype: str = "fp16", layout: str = "nhwc
     import torch
     import torch._dynamo
 
-    from . import ops
+    from .. import ops
     from .compile_check import CheckedCompile, CompileFallbackError, raised_recompile_limits
 
     if calls < 1 or rounds < 1:
@@ -658,7 +658,7 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds, with_compile, compile_log, log)
     import torch
 
-    from . import _lib, ops
+    from .. import _lib, ops
 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):

@@ -1,13 +1,13 @@
 """Runs trt_gn's kernels a few times on the benchmark shapes, for Nsight Compute:
 
-    ncu --clock-control none --metrics gpu__time_duration.sum,... python3 scripts/profile_kernels.py [shape ...]
+    ncu --clock-control none --metrics gpu__time_duration.sum,... python3 -m trt_gn.lab.profile [shape ...]
 """
 import sys
 
 import torch
 
-import trt_gn.ops  # noqa: F401  (registers torch.ops.trt_gn)
-from trt_gn.shapes import SHAPES
+from .. import ops  # noqa: F401  (registers torch.ops.trt_gn)
+from .shapes import SHAPES
 
 names = sys.argv[1:] or [s.name for s in SHAPES]
 layouts = ("nhwc", "nchw")
