@@ -33,6 +33,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..errors import Error
+
 # The checkout this package lives in (its git revisions and plugin_src/ are what variants build
 # from); installed elsewhere, the checkout the tool is run from.
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -45,8 +47,8 @@ MIN_REPLAYS = 30
 CSV_FIELDS = ("variant", "round", "case", "us_per_launch", "copy_us", "check")
 
 
-class AbError(RuntimeError):
-    """A bad option, or a variant that cannot be built or run."""
+class AbError(Error, RuntimeError):
+    """A bad option, or a variant that cannot be built or run (exit 2)."""
 
 
 def parse_variant(spec: str) -> tuple[str, str]:
@@ -329,7 +331,7 @@ def main(argv=None) -> int:
         return 0
     except AbError as e:
         print(f"python -m trt_gn.lab.ab: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_code
 
 
 if __name__ == "__main__":

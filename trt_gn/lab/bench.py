@@ -233,10 +233,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     if not torch.cuda.is_available():
         raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)",
                          exit_code=EXIT_MISSING)
-    try:
-        _lib.load()
-    except (FileNotFoundError, OSError, ImportError) as e:
-        raise BenchError(str(e).splitlines()[0], exit_code=EXIT_MISSING) from e
+    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
     torch_dtypes = [(name, _torch_dtype(name)) for name in dtypes]
 
     rows: list[Row] = []

@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from ..errors import EXIT_MISSING, Error, first_line
+from ..errors import EXIT_MISSING, Error
 
 DTYPES = ("fp32", "fp16", "bf16")
 LAYOUTS = ("nhwc", "nchw")
@@ -350,10 +350,7 @@ def run(args, prog: str) -> int:
     if not torch.cuda.is_available():
         raise Error("no CUDA device (torch.cuda.is_available() is False)", "run it on a machine with a CUDA GPU",
                     exit_code=EXIT_MISSING)
-    try:
-        _lib.load()
-    except (_lib.LibraryNotFoundError, OSError, ImportError) as exc:
-        raise Error(first_line(exc), exit_code=EXIT_MISSING) from None
+    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
     minimum = args.min_per_path if args.min_per_path is not None else (5 if not fixed and args.cases >= 5000 else 0)
 
     rng = random.Random(args.seed)

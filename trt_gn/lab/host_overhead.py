@@ -57,18 +57,15 @@ def main(argv=None) -> int:
 
     from .. import fileio, ops
     from . import bench
-    from ..errors import EXIT_MISSING, first_line
+    from ..errors import Error
 
     prog = parser.prog
     try:
         times = bench.run_host_overhead(tuple(args.shape), args.dtype, args.layout, args.calls, args.rounds,
                                         log=lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True))
-    except bench.BenchError as e:
+    except Error as e:  # a bad option, no GPU, the kernels library missing (at the first call), a fallback
         print(f"{prog}: error: {e.message}", file=sys.stderr)
         return e.exit_code
-    except (FileNotFoundError, OSError, ImportError) as e:  # the kernels library, at the first call
-        print(f"{prog}: error: {first_line(e)}", file=sys.stderr)
-        return EXIT_MISSING
     shape = "x".join(str(v) for v in args.shape)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"op on CUDA tensors: {ops.implementation()}")
