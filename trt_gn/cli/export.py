@@ -42,7 +42,8 @@ def run(args) -> int:
     from ..errors import EXIT_MISSING, Error
     from ..onnx import export, recipes
     from ..onnx.io import check_output_path
-    from ..pipeline import check_weights, group_norm_calls, quiet
+    from ..onnx.weights import check_weights
+    from ..pipeline import group_norm_calls, quiet
     from ..swap import swap_group_norms
 
     # Everything that can be checked before the model is built (the export takes minutes on SD models).

@@ -234,7 +234,8 @@ def time_cases(cases: list[tuple[str, str, str]], replays: int) -> None:
 
     require_gpu()
     _lib.load()
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    from ..ops import DTYPE_BY_NAME as dtypes
+
     for shape_spec, dtype_name, layout in cases:
         shape, dtype = parse_shape(shape_spec), dtypes[dtype_name]
         gen = torch.Generator(device="cuda").manual_seed(1)  # the same data in every process

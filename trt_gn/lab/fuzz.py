@@ -22,6 +22,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from .. import _lib
 from ..errors import EXIT_MISSING, Error
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -29,7 +30,7 @@ LAYOUTS = ("nhwc", "nchw")
 AFFINES = ("x", "fp32", "none")  # gamma/beta in x's dtype, in fp32, or absent
 ACTIVATIONS = ("silu", "none")
 EPSILONS = (0.0, 1e-6, 1e-5, 1e-3, 0.1)
-PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
+PATHS = _lib.PATHS  # the paths the summary counts: the ABI's table
 # What each drawn case aims at: the size and channel counts that make a path likely. The plan the
 # library picks is what counts; the aims only spread the cases over every path's region.
 AIMS = ("clusters", "grid", "stream", "two-pass", "any")
@@ -166,9 +167,9 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
 # ------------------------------------------------------------------------------ running ----
 
 def _torch_dtype(name: str):
-    import torch
+    from ..ops import DTYPE_BY_NAME
 
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+    return DTYPE_BY_NAME[name]
 
 
 def make_inputs(case: Case, device="cuda"):
@@ -194,7 +195,6 @@ def make_inputs(case: Case, device="cuda"):
 def plan_of(case: Case) -> dict:
     """The plan a case runs, from trtgn_describe_plan on the current device, without buffers: the
     data pointers are stand-ins with the alignment of fresh torch allocations (nothing is read)."""
-    from .. import _lib
     from ..ops import ABI_DTYPE
 
     dtype = _torch_dtype(case.dtype)
@@ -216,7 +216,6 @@ def run_case(case: Case) -> tuple[dict, str | None]:
     """
     import torch
 
-    from .. import _lib
     from ..ops import abi_params
     from ..reference import assert_close, group_norm_act_reference
 
@@ -274,7 +273,6 @@ def _write_plans(path: str, records) -> None:
 
 def _plans_only(prog: str, cases: list[Case], path: str) -> int:
     """Every case's plan (plan_of: stand-in pointers, no kernel runs) to the CSV; the paths counted."""
-    from .. import _lib
 
     records, paths = [], Counter()
     for case in cases:
@@ -346,7 +344,6 @@ def run(args, prog: str) -> int:
 
     import torch
 
-    from .. import _lib
     if not torch.cuda.is_available():
         raise Error("no CUDA device (torch.cuda.is_available() is False)", "run it on a machine with a CUDA GPU",
                     exit_code=EXIT_MISSING)

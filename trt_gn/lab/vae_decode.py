@@ -250,10 +250,10 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print(f"{PROG}: error: no CUDA device; this benchmark needs a GPU (H100/H200)", file=sys.stderr)
         return EXIT_MISSING
-    import trt_gn  # noqa: F401  (registers the op)
+    from .. import ops  # registers the op
     from .compile_check import CompileFallbackError
 
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dtype = ops.DTYPE_BY_NAME[args.dtype]
     log = Progress()
     rows: list[Row] = []
     try:
