@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +130,87 @@ def _non_empty_cwd(d: Path) -> None:
     (d / "keep.txt").write_text("the user's file\n")
 
 
+def _special_files(d: Path) -> None:
+    """model.onnx, FIFOs o.fifo and in.fifo, an empty folder, and (as root) copies of /dev/null and
+    /dev/full made with mknod: outputs a rename would replace, inputs a read would block on."""
+    _model(d)
+    (d / "empty_folder").mkdir()
+    os.mkfifo(d / "o.fifo")
+    os.mkfifo(d / "in.fifo")
+    if os.geteuid() == 0:
+        for name, minor in (("null.dev", 3), ("full.dev", 7)):
+            os.mknod(d / name, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+
+
+def _value_written_twice(d: Path) -> None:
+    nodes = [helper.make_node("Relu", ["x"], ["y"], name="relu"), helper.make_node("Neg", ["x"], ["y"], name="neg")]
+    graph = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(d / "twice.onnx"))
+
+
+def _data_outside_folder(d: Path) -> None:
+    """sub/ext.onnx whose external data location is ../outside.data (a file that exists)."""
+    (d / "sub").mkdir()
+    _ext_model(d / "sub")
+    model = onnx.load(str(d / "sub" / "ext.onnx"), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../outside.data"
+    onnx.save(model, str(d / "sub" / "ext.onnx"))
+    (d / "sub" / "ext.onnx.data").rename(d / "outside.data")
+
+
+def _data_linked_from_outside(d: Path) -> None:
+    """model/ext.onnx whose data file is a symbolic link to blobs/weights (a download cache's layout)."""
+    (d / "blobs").mkdir()
+    (d / "model").mkdir()
+    _ext_model(d / "model")
+    (d / "model" / "ext.onnx.data").rename(d / "blobs" / "weights")
+    (d / "model" / "ext.onnx.data").symlink_to(Path("..") / "blobs" / "weights")
+
+
+def _data_with_two_links(d: Path) -> None:
+    """ext.onnx whose data file has a second hard link, backup.data."""
+    _ext_model(d)
+    os.link(d / "ext.onnx.data", d / "backup.data")
+
+
+HUGE = 2**40  # values a corrupt tensor declares (4 TiB of float32): never to be read or allocated
+
+
+def _huge_inline_tensor(d: Path) -> None:
+    """model.onnx's graph whose 'scale' declares 2^40 values and holds 4 bytes."""
+    _model(d)
+    model = onnx.load(str(d / "model.onnx"))
+    scale = next(t for t in model.graph.initializer if t.name == "scale")
+    scale.CopyFrom(numpy_helper.from_array(np.ones(1, np.float32), "scale"))
+    scale.dims[:] = [HUGE]
+    onnx.save(model, str(d / "huge.onnx"))
+    (d / "model.onnx").unlink()
+
+
+def _huge_external_tensor(d: Path) -> None:
+    """ext.onnx whose external 'scale' declares 2^40 values, its length entry 32 bytes."""
+    _ext_model(d)
+    model = onnx.load(str(d / "ext.onnx"), load_external_data=False)
+    next(t for t in model.graph.initializer if t.name == "scale").dims[:] = [HUGE]
+    onnx.save(model, str(d / "ext.onnx"))
+
+
+NAME_MAX = os.pathconf("/tmp", "PC_NAME_MAX")
+
+
+def _plan_fifo(d: Path) -> None:
+    _model(d)
+    os.mkfifo(d / "o.plan")
+
+
+def _long_name(size: int, suffix: str = ".onnx") -> str:
+    return "n" * (size - len(suffix)) + suffix
+
+
 # --- the table ---------------------------------------------------------------------------------
 
 
@@ -135,12 +219,13 @@ class Case:
     args: list[str]
     setup: Callable[[Path], None]
     exit_code: int
-    first_line: str
-    needs: str = ""  # "no-tensorrt", "no-gpu": the case only holds there
+    first_line: str  # exact; {d} stands for the case's folder (resolved)
+    needs: str = ""  # "no-tensorrt", "no-gpu", "root" (mknod): the case only holds there
     timeout: float = 300
 
 
 BAD = errors.EXIT_BAD_INPUT
+SPECIAL_OUTPUT = "not a regular file, and would be replaced by one"
 MISSING = errors.EXIT_MISSING
 MISSING_DIMS = ("input 'x' (?x8x?x?) has a dynamic dimension 0: give --batch MIN:OPT:MAX or --shape x:MIN,OPT,MAX")
 PROFILE = ["--batch", "1:1:2", "--height", "4:4:8", "--width", "4:4:8"]
@@ -182,6 +267,47 @@ CLI_CASES = {
     "fuse-opset-too-old": Case(["fuse", "old.onnx", "out.onnx"], _old_opset, BAD,
                                "trt-gn fuse: error: the model has ai.onnx opset 13; the model-local function needs "
                                "opset >= 15"),
+    "fuse-output-is-fifo": Case(["fuse", "model.onnx", "o.fifo"], _special_files, BAD,
+                                f"trt-gn fuse: error: o.fifo: is a FIFO, {SPECIAL_OUTPUT}"),
+    "fuse-output-is-dev-null-copy": Case(["fuse", "model.onnx", "null.dev"], _special_files, BAD,
+                                         f"trt-gn fuse: error: null.dev: is a character device, {SPECIAL_OUTPUT}",
+                                         needs="root"),
+    "fuse-output-is-dev-full-copy": Case(["fuse", "model.onnx", "full.dev"], _special_files, BAD,
+                                         f"trt-gn fuse: error: full.dev: is a character device, {SPECIAL_OUTPUT}",
+                                         needs="root"),
+    "fuse-output-ends-in-separator": Case(["fuse", "model.onnx", "newdir/"], _special_files, BAD,
+                                          "trt-gn fuse: error: newdir/: names a folder, not a file; give a file name "
+                                          "such as newdir/model.onnx"),
+    "fuse-output-folder-with-separator": Case(["fuse", "model.onnx", "empty_folder/"], _special_files, BAD,
+                                              "trt-gn fuse: error: empty_folder/: names a folder, not a file; give a "
+                                              "file name such as empty_folder/model.onnx"),
+    "fuse-output-name-over-the-limit": Case(["fuse", "model.onnx", _long_name(NAME_MAX + 1)], _special_files, BAD,
+                                            f"trt-gn fuse: error: {_long_name(NAME_MAX + 1)}: its name is "
+                                            f"{NAME_MAX + 1} bytes, over the file system's limit of {NAME_MAX}"),
+    "fuse-input-is-folder": Case(["fuse", "empty_folder", "out.onnx"], _special_files, BAD,
+                                 "trt-gn fuse: error: empty_folder: is a folder, not an ONNX model file"),
+    "fuse-input-is-fifo": Case(["fuse", "in.fifo", "out.onnx"], _special_files, BAD,
+                               "trt-gn fuse: error: in.fifo: is a FIFO, not a regular file"),
+    "fuse-value-written-twice": Case(["fuse", "twice.onnx", "out.onnx"], _value_written_twice, BAD,
+                                     "trt-gn fuse: error: twice.onnx: invalid ONNX model (truncated or corrupt?): "
+                                     "value 'y' is written twice: by node 'relu' and by node 'neg'"),
+    "fuse-data-outside-model-folder": Case(["fuse", "sub/ext.onnx", "out.onnx"], _data_outside_folder, BAD,
+                                           "trt-gn fuse: error: sub/ext.onnx: external data location "
+                                           "'../outside.data' of tensor 'scale' is outside the model's folder sub"),
+    "fuse-data-linked-from-outside": Case(["fuse", "model/ext.onnx", "out.onnx"], _data_linked_from_outside, BAD,
+                                          "trt-gn fuse: error: model/ext.onnx: external data file model/ext.onnx.data "
+                                          "is a link to {d}/blobs/weights, outside the model's folder model; onnx_ir "
+                                          "reads no data from there (copy the file in)"),
+    "fuse-data-with-two-hard-links": Case(["fuse", "ext.onnx", "out.onnx"], _data_with_two_links, BAD,
+                                          "trt-gn fuse: error: ext.onnx: external data file ext.onnx.data has 2 hard "
+                                          "links; onnx_ir reads only files with one (copy it)"),
+    "fuse-tensor-larger-than-its-bytes": Case(["fuse", "huge.onnx", "out.onnx"], _huge_inline_tensor, BAD,
+                                              f"trt-gn fuse: error: huge.onnx: tensor 'scale' declares {HUGE} FLOAT "
+                                              f"values ({4 * HUGE} bytes) but holds 4 bytes"),
+    "fuse-external-tensor-larger-than-its-data": Case(["fuse", "ext.onnx", "out.onnx"], _huge_external_tensor, BAD,
+                                                      f"trt-gn fuse: error: ext.onnx: tensor 'scale' declares {HUGE} "
+                                                      f"values ({4 * HUGE} bytes) but its external data length is 32 "
+                                                      "bytes"),
     "fuse-unknown-flag": Case(["fuse", "model.onnx", "out.onnx", "--frobnicate"], _everything, BAD,
                               "trt-gn fuse: error: unrecognized arguments: --frobnicate"),
     # validate
@@ -241,6 +367,8 @@ CLI_CASES = {
                               "trt-gn build: error: engine file out.txt must end in .plan or .engine"),
     "build-plan-in-proc": Case(["build", "model.onnx", "-o", "/proc/out.plan"] + PROFILE, _everything, BAD,
                                "trt-gn build: error: engine folder /proc is not writable (No such file or directory)"),
+    "build-plan-is-fifo": Case(["build", "model.onnx", "-o", "o.plan"] + PROFILE, _plan_fifo, BAD,
+                               f"trt-gn build: error: engine o.plan: is a FIFO, {SPECIAL_OUTPUT}"),
     "build-plugin-flag-missing": Case(["build", "model.onnx", "-o", "out.plan", "--plugin", "nope.so"] + PROFILE,
                                       _everything, BAD,
                                       "trt-gn build: error: plugin library nope.so (--plugin) does not exist"),
@@ -312,7 +440,7 @@ def _no_plugin() -> bool:
 
 def _applies(case: Case) -> bool:
     needs = {"": lambda: True, "no-tensorrt": lambda: not HAVE_TENSORRT, "no-plugin": _no_plugin,
-             "no-gpu": lambda: not torch.cuda.is_available()}
+             "no-gpu": lambda: not torch.cuda.is_available(), "root": lambda: os.geteuid() == 0}
     return needs[case.needs]()
 
 
@@ -321,6 +449,7 @@ class Outcome:
     proc: subprocess.CompletedProcess
     before: dict[str, str]
     after: dict[str, str]
+    folder: Path
 
 
 @pytest.fixture(scope="module")
@@ -337,7 +466,7 @@ def cli_outcomes(tmp_path_factory) -> dict[str, Outcome]:
         befores[name] = snapshot(root / name)
         cases[name] = (case.args, root / name)
     procs = run_warm(cases, logs)
-    return {n: Outcome(procs[n], befores[n], snapshot(root / n)) for n in cases}
+    return {n: Outcome(procs[n], befores[n], snapshot(root / n), root / n) for n in cases}
 
 
 def _check_message(stderr: str, first_line: str) -> None:
@@ -361,7 +490,7 @@ def test_cli_bad_input(cli_outcomes, name):
         pytest.skip(f"holds only with {case.needs}")
     o = cli_outcomes[name]
     assert o.proc.returncode == case.exit_code, o.proc.stderr
-    _check_message(o.proc.stderr, case.first_line)
+    _check_message(o.proc.stderr, case.first_line.replace("{d}", str(o.folder.resolve())))
     assert o.after == o.before  # inputs unchanged (sha256), no output, no staging or temp files
 
 
@@ -582,6 +711,33 @@ def test_model_and_data_appear_together(tmp_path, monkeypatch):
     assert {p.name for p in out.parent.iterdir()} == {p.name for p in referenced}
 
 
+def test_data_name_taken_between_save_and_publish(tmp_path, monkeypatch):
+    """A run whose data file name another run took after its save chose it (two runs to one output)
+    moves its data to a free name and publishes a whole pair; the other run's data, now unused, goes."""
+    src = _ext_model(tmp_path)
+    model = onnx.load(str(src))
+    for t in model.graph.initializer:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) + 1, t.name))
+    onnx.save(model, str(tmp_path / "other.onnx"), save_as_external_data=True, location="other.onnx.data",
+              size_threshold=0)
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    real_publish = onnx_io._publish
+
+    def other_run_first(*args, **kwargs):
+        monkeypatch.setattr(onnx_io, "_publish", real_publish)
+        fuse_file(tmp_path / "other.onnx", out)  # takes fused.onnx.data, the name this run's save chose
+        return real_publish(*args, **kwargs)
+
+    monkeypatch.setattr(onnx_io, "_publish", other_run_first)
+    fuse_file(src, out)
+    files = onnx_io.model_files(out)
+    assert {p.name for p in out.parent.iterdir()} == {p.name for p in files}
+    assert len(files) == 2 and (out.parent / "fused.onnx.data") not in files
+    for a, b in zip(_weights(out), _weights(src)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("mask", [0o022, 0o027, 0o002])
 def test_new_files_get_the_umask_mode(tmp_path, mask):
     _model(tmp_path)
@@ -652,3 +808,157 @@ def test_debug_shows_the_traceback(tmp_path):
     assert lines[-2:] == ["trt-gn fuse: error: missing.onnx: no such file",
                           "  hint: pass an .onnx model file (with its external data files next to it)"]
     assert list(tmp_path.iterdir()) == []
+
+
+# --- names up to the file system's limit, SIGTERM, concurrent runs ------------------------------
+
+
+def test_output_names_up_to_the_limit(tmp_path):
+    """Every output name the file system takes is written, with external data too; the temporary
+    names made from it fit, and none is left."""
+    _model(tmp_path)
+    _ext_model(tmp_path)
+    sizes = [238, 250, NAME_MAX]
+    cases = {f"plain-{n}": (["fuse", "model.onnx", f"out-{n}/{_long_name(n)}", "--quiet"], tmp_path) for n in sizes}
+    cases.update({f"data-{n}": (["fuse", "ext.onnx", f"data-{n}/{_long_name(n)}", "--quiet"], tmp_path) for n in sizes})
+    for name in cases:
+        (tmp_path / name.replace("plain-", "out-")).mkdir()
+    logs = tmp_path.parent / f"{tmp_path.name}-logs"
+    logs.mkdir()
+    before = snapshot(tmp_path)
+    procs = run_warm(cases, logs)
+    for name, proc in procs.items():
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert proc.stderr == ""
+        out = tmp_path / cases[name][0][2]
+        files = onnx_io.model_files(out)
+        assert {p.name for p in out.parent.iterdir()} == {p.name for p in files}, name  # nothing else
+        assert all(len(p.name.encode()) <= NAME_MAX for p in files)
+        assert len(files) == (2 if name.startswith("data-") else 1), files
+        onnx.checker.check_model(str(out))
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before  # inputs unchanged
+
+
+def _ext_model_with_big_data(d: Path) -> None:
+    """ext.onnx with 128 MiB more of external data: its save takes a while by itself."""
+    _ext_model(d)
+    model = onnx.load(str(d / "ext.onnx"))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(32 << 20, np.float32), "pad128m"))
+    (d / "ext.onnx.data").unlink()
+    onnx.save(model, str(d / "ext.onnx"), save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_signal_during_the_save_removes_the_staging(tmp_path, signum):
+    """SIGTERM (timeout, docker stop, Kubernetes) is handled like Ctrl-C: sent while the output is
+    being staged (a big save, then held before publishing by fileio's pause for tests), the staging
+    goes and the exit code is 130."""
+    _ext_model_with_big_data(tmp_path)
+    before = snapshot(tmp_path)
+    env = cli_env()
+    env["TRT_GN_TEST_PAUSE_BEFORE_PUBLISH"] = "120"  # fileio: documented for tests of interrupts
+    proc = subprocess.Popen([sys.executable, "-m", "trt_gn.cli", "fuse", "ext.onnx", "out.onnx"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline and not list(tmp_path.glob(".out.onnx.*.partial")):
+        time.sleep(0.005)
+    assert proc.poll() is None, f"finished before it was staged: {proc.communicate()}"
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == errors.EXIT_INTERRUPTED, err
+    _check_message(err, "trt-gn fuse: error: interrupted; nothing was written")
+    assert snapshot(tmp_path) == before  # no staging folder, no output, the input unchanged
+
+
+def _interrupt_self() -> None:
+    """Ctrl-C sent to this process's main thread (where Python runs signal handlers)."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+
+def test_interrupt_right_after_the_staging_folder_is_made(tmp_path, monkeypatch):
+    """An interrupt between making the staging folder and taking it in hand leaves nothing."""
+    _model(tmp_path)
+    before = snapshot(tmp_path)
+    real_mkdtemp, sent = tempfile.mkdtemp, []
+
+    def mkdtemp_then_interrupt(*args, **kwargs):
+        made = real_mkdtemp(*args, **kwargs)
+        if not sent:
+            sent.append(made)
+            _interrupt_self()
+        return made
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fuse_file(tmp_path / "model.onnx", tmp_path / "out.onnx")
+    assert sent and snapshot(tmp_path) == before
+
+
+def test_interrupt_between_data_and_model_publish(tmp_path, monkeypatch):
+    """An interrupt after the data file is published waits for the model file: the output is a
+    whole pair, never a data file alone."""
+    src = _ext_model(tmp_path)
+    out = tmp_path / "out" / "fused.onnx"
+    out.parent.mkdir()
+    real_publish = fileio.publish_file
+
+    def publish_then_interrupt(staged, target):
+        real_publish(staged, target)
+        if str(target).endswith(".data"):
+            _interrupt_self()
+
+    monkeypatch.setattr(fileio, "publish_file", publish_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        fuse_file(src, out)
+    files = onnx_io.model_files(out)
+    assert len(files) == 2 and {p.name for p in out.parent.iterdir()} == {p.name for p in files}
+    for a, b in zip(_weights(out), _weights(src)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fuse_help_lists_the_exit_code_of_sigterm():
+    proc = subprocess.run([sys.executable, "-m", "trt_gn.cli", "fuse", "--help"], env=cli_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0
+    assert "130 interrupted by Ctrl-C (SIGINT) or SIGTERM" in " ".join(proc.stdout.split())
+
+
+def _run_ort(path: Path, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_concurrent_runs_to_one_output(tmp_path):
+    """4 runs at a time to one output with external data, 3 rounds: each publishes a whole model and
+    data pair or fails with one line; what remains is one model and the one data file it uses."""
+    _ext_model(tmp_path)
+    model = onnx.load(str(tmp_path / "ext.onnx"))
+    model.graph.initializer.append(numpy_helper.from_array(np.zeros(1 << 20, np.float32), "pad4m"))
+    onnx.save(model, str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.onnx.data",
+              size_threshold=0)
+    (tmp_path / "out").mkdir()
+    logs = tmp_path.parent / f"{tmp_path.name}-logs"
+    logs.mkdir()
+    inputs = {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("out")}
+    x = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
+    (expected,) = _run_ort(tmp_path / "big.onnx", {"x": x})
+    for round_ in range(3):
+        cases = {f"r{round_}-{i}": (["fuse", "big.onnx", "out/fused.onnx", "--quiet"], tmp_path) for i in range(4)}
+        procs = run_warm(cases, logs, jobs=4)
+        for name, proc in procs.items():
+            if proc.returncode != 0:
+                _check_message(proc.stderr, proc.stderr.splitlines()[0])
+            else:
+                assert proc.stderr == "", (name, proc.stderr)
+        assert any(p.returncode == 0 for p in procs.values())
+        out = tmp_path / "out" / "fused.onnx"
+        files = onnx_io.model_files(out)
+        assert len(files) == 2 and {p.name for p in (tmp_path / "out").iterdir()} == {p.name for p in files}, \
+            sorted(p.name for p in (tmp_path / "out").iterdir())
+        (got,) = _run_ort(out, {"x": x})
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    assert {k: v for k, v in snapshot(tmp_path).items() if not k.startswith("out")} == inputs

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -90,13 +91,18 @@ print(json.dumps(codes))
 """
 
 
-def run_warm(cases: dict[str, tuple[list[str], Path]], logs: Path) -> dict[str, subprocess.CompletedProcess]:
-    """Run each (args, cwd) through the warm runner; stdout/stderr are kept in `logs`."""
+def run_warm(cases: dict[str, tuple[list[str], Path]], logs: Path, jobs: int | None = None
+             ) -> dict[str, subprocess.CompletedProcess]:
+    """Run each (args, cwd) through the warm runner, `jobs` at a time (default: TRT_GN_TEST_JOBS or
+    2); stdout/stderr are kept in `logs`."""
     spec_ = {name: dict(args=args, cwd=str(cwd), stdout=str(logs / f"{name}.out"), stderr=str(logs / f"{name}.err"))
              for name, (args, cwd) in cases.items()}
+    env = cli_env()
+    if jobs is not None:
+        env["TRT_GN_TEST_JOBS"] = str(jobs)
     # Started in `logs`: `-c` puts the working directory first on sys.path, and a repository root
     # there would shadow the trt_gn under test (the installed one, with -P) with the source tree.
-    proc = subprocess.run([sys.executable, "-c", _WARM_RUNNER], input=json.dumps(spec_), env=cli_env(), cwd=logs,
+    proc = subprocess.run([sys.executable, "-c", _WARM_RUNNER], input=json.dumps(spec_), env=env, cwd=logs,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     codes = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -105,12 +111,25 @@ def run_warm(cases: dict[str, tuple[list[str], Path]], logs: Path) -> dict[str, 
             for name, s in spec_.items()}
 
 
+SNAPSHOT_HASH_LIMIT = 1 << 30
+
+
 def snapshot(folder: Path) -> dict[str, str]:
-    """Every file and folder under `folder` (hidden ones too) -> content hash ('dir' for folders)."""
+    """Every file and folder under `folder` (hidden ones too) -> content hash ('dir' for folders; the
+    kind and device number for FIFOs, devices and sockets, which are never opened: a FIFO blocks)."""
     out = {}
     for p in sorted(folder.rglob("*")):
         rel = str(p.relative_to(folder))
-        out[rel] = "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+        st = p.lstat()
+        if stat.S_ISDIR(st.st_mode):
+            out[rel] = "dir"
+        elif stat.S_ISREG(st.st_mode) and st.st_size > SNAPSHOT_HASH_LIMIT:
+            out[rel] = f"large file of {st.st_size} bytes"  # bigger than any test input: by size, unread
+        elif stat.S_ISREG(st.st_mode):
+            with open(p, "rb") as f:
+                out[rel] = hashlib.file_digest(f, "sha256").hexdigest()
+        else:
+            out[rel] = f"special {stat.S_IFMT(st.st_mode):o} {st.st_rdev}"
     return out
 
 

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 from trt_gn import spec
 from trt_gn.onnx import fuse_file, recipes, validate
 from trt_gn.onnx.io import OnnxInputError, OutputPathError
+from trt_gn.onnx.node import register_schema
 
 from onnx_helpers import group_norm_counts, plain_export, rel_err, run_ort
 
@@ -48,7 +49,8 @@ def test_fuse_each_exporter_path(plain_vae, tiny_models, tmp_path, kind, opset):
     assert len(report.fused) == n_gn, report.summary()
     assert report.num_silu == n_silu and not report.left
     model = onnx.load(str(dst))
-    onnx.checker.check_model(model)
+    register_schema()
+    onnx.checker.check_model(model, full_check=True)
     assert sum(n.op_type == spec.PLUGIN_NAME for n in model.graph.node) == n_gn
     assert not [n for n in model.graph.node if n.op_type in ("GroupNormalization", "InstanceNormalization", "Sigmoid")]
     # fused vs unfused in onnxruntime, and vs torch

@@ -53,8 +53,12 @@ def _command(argv: list[str]) -> str:
 
 
 class _Interrupts:
-    """Ctrl-C raises KeyboardInterrupt as usual and is remembered: libraries that catch it and raise
-    something else (torch's fake tensors turn it into a TypeError) still end as an interrupt."""
+    """Ctrl-C (SIGINT) and SIGTERM (what `timeout`, `docker stop` and Kubernetes send) both raise
+    KeyboardInterrupt, so that staged files are removed as they unwind, and end with the one exit
+    code EXIT_INTERRUPTED. An interrupt is remembered: libraries that catch it and raise something
+    else (torch's fake tensors turn it into a TypeError) still end as an interrupt."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.seen = False
@@ -65,7 +69,8 @@ class _Interrupts:
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGINT, self)
+            for signum in self.SIGNALS:
+                signal.signal(signum, self)
 
 
 def main(argv: list[str] | None = None) -> int:

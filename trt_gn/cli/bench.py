@@ -63,12 +63,9 @@ def run(args) -> int:
 
     # The output folder is written after minutes of timing: check first that it can be.
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise Error(f"--out {out}: exists and is not a folder", "choose another --out")
-    existing = next(p for p in (out, *out.absolute().parents) if p.exists())
-    problem = fileio.writable_folder_problem(existing)
+    problem = fileio.output_folder_problem(out)
     if problem:
-        raise Error(f"--out {out}: {existing} {problem}", "choose a writable --out")
+        raise Error(f"--out {out}: {problem}", "choose another, writable --out")
     # BenchError (a trt_gn.errors.Error) ends in trt_gn.cli.main with its exit code
     main(args.shapes, args.dtypes, args.layouts, args.replays, args.out, args.rounds, args.compile)
     return 0

@@ -11,11 +11,15 @@ EPILOG = """examples:
   trt-gn fuse vae_decoder.onnx vae_decoder.fused.onnx --bare      # TensorRT < 10.7: no local function
   trt-gn fuse big/unet.onnx out/unet.onnx                         # external data -> out/unet.onnx.data
 
-The input is never modified; the output is written atomically. --bare writes the custom node
-without its model-local function: TensorRT 9.0-10.6 would otherwise import the function's
-standard-op body instead of the plugin, but onnxruntime cannot run a bare node.
+The input is never modified; the output is written atomically, as a regular file (an existing
+folder, FIFO, device or socket is refused before any work); concurrent runs to one output leave
+one run's model and its data file. --bare writes the custom node without its model-local
+function: TensorRT 9.0-10.6 would otherwise import the function's standard-op body instead of
+the plugin, but onnxruntime cannot run a bare node.
 
-exit codes: 0 written; 1 a write failed; 2 bad arguments or input; 130 interrupted (nothing written)."""
+exit codes: 0 written; 1 a write failed; 2 bad arguments or input (an unreadable or corrupt model,
+an output that cannot be a regular file); 130 interrupted by Ctrl-C (SIGINT) or SIGTERM (nothing
+written, no staging files left)."""
 
 
 def register(subparsers) -> None:

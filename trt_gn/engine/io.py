@@ -67,6 +67,9 @@ def check_writable_file(path: Path, what: str) -> None:
     problem = fileio.writable_folder_problem(parent)
     if problem:
         raise EngineBuildError(f"{what} folder {parent} {problem}", "choose a writable location")
+    problem = fileio.output_file_problem(path, example="model.plan")  # a FIFO or device, a long name
+    if problem:
+        raise EngineBuildError(f"{what} {path}: {problem}", "give the path of a regular file")
 
 
 # The plan and the timing cache are written with trt_gn's one atomic writer.

@@ -116,8 +116,9 @@ class _Match:
 def _const(value: ir.Value | None, depth: int = 0) -> np.ndarray | None:
     """The value of `value` if it is a constant, or computable from constants and static shapes by a
     few shape ops (what an export with do_constant_folding=False leaves in the graph); else None.
-    Nothing in the graph is changed."""
-    if value is None or depth > 16:
+    A graph input is never a constant, even with an initializer (keep_initializers_as_inputs): its
+    initializer is only a default that the user may override at run time. Nothing is changed."""
+    if value is None or depth > 16 or value.is_graph_input():
         return None
     tensor = ir.convenience.get_const_tensor(value)
     if tensor is not None:
@@ -273,8 +274,18 @@ def _dims_of(shape_value: ir.Value, x: ir.Value) -> list | None:
     return None
 
 
-def _restores_shape(shape_value: ir.Value, x: ir.Value, channels: int | None) -> bool:
-    dims = _dims_of(shape_value, x)
+def _reshape_dims(reshape: ir.Node, x: ir.Value) -> list | None:
+    """_dims_of a Reshape's target, with the meaning onnxruntime gives it: under allowzero=1 a 0 is a
+    dimension of size zero, not a copy of the input's, so no target with a 0 is taken then."""
+    dims = _dims_of(reshape.inputs[1], x)
+    if dims is not None and _attr(reshape, "allowzero", 0) and 0 in dims:
+        raise _NoMatch(f"the Reshape target {_fmt_dims(dims)} has allowzero=1: its 0 is a zero-size dimension, "
+                       "not the input's")
+    return dims
+
+
+def _restores_shape(reshape: ir.Node, x: ir.Value, channels: int | None) -> bool:
+    dims = _reshape_dims(reshape, x)
     if dims is None:
         return False
     if dims == [("x", "all")]:
@@ -313,11 +324,28 @@ def _per_channel(arr: np.ndarray, channels: int | None, rank: int | None) -> tup
     return arr.reshape(-1), c, rank
 
 
+def _is_cast_to(node: ir.Node, dtype: ir.DataType | None) -> bool:
+    return node.op_type == "Cast" and node.domain in ("", "ai.onnx") and dtype is not None \
+        and _attr(node, "to") == dtype.value
+
+
+def _skip_noop_casts(value: ir.Value, matched: list[ir.Node], dtype: ir.DataType | None) -> ir.Value:
+    """Follow no-op Casts (to `dtype`, the type `value` already has) that are `value`'s only use."""
+    while not value.is_graph_output():
+        users = [u.node for u in value.uses()]
+        if len(users) != 1 or not _is_cast_to(users[0], dtype):
+            break
+        matched.append(users[0])
+        value = users[0].outputs[0]
+    return value
+
+
 def _affine_tail(value: ir.Value, matched: list[ir.Node], channels: int | None, rank: int | None,
-                 only: tuple[str, ...] = ("Mul", "Add")):
-    """Optional Mul(gamma) then Add(beta) after the normalisation, with per-channel constants."""
+                 dtype: ir.DataType | None, only: tuple[str, ...] = ("Mul", "Add")):
+    """Optional Mul(gamma) then Add(beta) after the normalisation (in x's type `dtype`), with
+    per-channel constants; no-op Casts before, between and after them are taken along."""
     gamma = beta = None
-    out = value
+    out = _skip_noop_casts(value, matched, dtype)
     for op_type in only:
         users = [u.node for u in out.uses()]
         if out.is_graph_output() or len(users) != 1 or users[0].op_type != op_type or users[0].domain not in ("", "ai.onnx"):
@@ -336,7 +364,7 @@ def _affine_tail(value: ir.Value, matched: list[ir.Node], channels: int | None, 
         else:
             beta = flat
         matched.append(node)
-        out = node.outputs[0]
+        out = _skip_noop_casts(node.outputs[0], matched, dtype)
     return gamma, beta, out, channels, rank
 
 
@@ -375,6 +403,22 @@ def _match_group_normalization(node: ir.Node, opset: int) -> _Match:
     return _Match(GROUP_NORMALIZATION, node, [node], x, _rank(x), channels, groups, eps, dtype, gamma, beta, node.outputs[0])
 
 
+def _reads_graph_input(value: ir.Value) -> bool:
+    """True if computing `value` reads the value (not only the shape) of a graph input."""
+    pending, seen = [value], set()
+    while pending:
+        v = pending.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.is_graph_input():
+            return True
+        node = v.producer()
+        if node is not None and node.op_type != "Shape":
+            pending.extend(node.inputs)
+    return False
+
+
 def _fmt_dims(dims: list) -> str:
     return "[" + ", ".join(f"dim{d[1]}" if isinstance(d, tuple) else str(d) for d in dims) + "]"
 
@@ -392,8 +436,10 @@ def _group_reshape(reshape: ir.Node, x: ir.Value) -> int:
 
     Proven: dim 0 copies x's (0, Shape(x)[0], or x's static N), dim 1 is a constant G > 0, dim 2 is
     -1 (or, all static, exactly the rest). num_groups is never read from elsewhere."""
-    dims = _dims_of(reshape.inputs[1], x)
+    dims = _reshape_dims(reshape, x)
     if dims is None:  # not a constant or shape arithmetic we follow: the inferred output shape
+        if _reads_graph_input(reshape.inputs[1]):  # inferred from the input's default, not what is fed
+            raise _NoMatch("the grouping Reshape's target depends on a graph input, which can change at run time")
         out = reshape.outputs[0].shape
         xs = x.shape
         if out is None or xs is None or len(out) != 3 or not isinstance(out[1], int) or not _same_dim(out[0], xs[0]):
@@ -459,7 +505,7 @@ def _expanded_grouping(reshape: ir.Node):
     """ONNX's own expansion of GroupNormalization groups x in two Reshapes:
     Reshape(Reshape([Cast](x), Concat(Shape(x)[0:1], [G], Shape(x)[1:2] / [G], Shape(x)[2:])), [0, 0, -1]),
     which is exactly Reshape(x, [N, G, -1]). Returns (x, G, nodes) or None for any other form."""
-    if _dims_of(reshape.inputs[1], reshape.inputs[0]) != [0, 0, -1]:
+    if _reshape_dims(reshape, reshape.inputs[0]) != [0, 0, -1]:
         return None
     inner = _producer(reshape.inputs[0], "Reshape")
     concat = _producer(inner.inputs[1], "Concat") if inner is not None else None
@@ -482,14 +528,18 @@ def _expanded_grouping(reshape: ir.Node):
     cast = _producer(data, "Cast")  # to the stash type; left to _drop_dead (Shape(Cast(x)) may use it)
     if data is not x and (cast is None or cast.inputs[0] is not x):
         return None
+    stash = x.dtype if data is x else ir.DataType(_attr(cast, "to"))
+    if stash not in (ir.DataType.FLOAT, x.dtype):  # the plugin's statistics are float32
+        raise _NoMatch(f"the statistics are taken in {stash.name}, not in float32 or the input's type")
     groups = int(g.reshape(-1)[0])
     if groups <= 0:
         raise _NoMatch(f"the grouping Reshape's target has num_groups {groups}")
-    return x, groups, nodes
+    return x, groups, nodes, stash
 
 
 def _grouping(grouped: ir.Value):
-    """(x, num_groups, nodes) of the value the statistics are taken over, proven to be x as [N, G, -1]."""
+    """(x, num_groups, nodes, type the statistics are taken in) of the value the statistics are taken
+    over, proven to be x as [N, G, -1]."""
     reshape = _producer(grouped, "Reshape")
     if reshape is None:
         raise _NotGroupNorm  # statistics over the tensor as it is (LayerNorm-like), not over groups
@@ -497,7 +547,7 @@ def _grouping(grouped: ir.Value):
     if expanded is not None:
         return expanded
     x = reshape.inputs[0]
-    return x, _group_reshape(reshape, x), [reshape]
+    return x, _group_reshape(reshape, x), [reshape], x.dtype
 
 
 def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
@@ -540,7 +590,7 @@ def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
             raise _NoMatch("the mean is not subtracted from the grouped values")
         pattern, stats, reductions = EXPANDED_DECOMPOSITION, [mean, square, mean_sq, sq_mean, var, sub], (mean, mean_sq)
         grouped_users, centred_users, mean_users = {mean, square, sub}, set(), {sq_mean, sub}
-    x, groups, head = _grouping(grouped)
+    x, groups, head, stash = _grouping(grouped)
     for rm in reductions:
         axes = _axes(rm, opset)
         if _attr(rm, "keepdims", 1) != 1 or axes is None or sorted(a % 3 for a in axes) != [2]:
@@ -560,12 +610,13 @@ def _match_reduce_mean_decomposition(sqrt: ir.Node, opset: int) -> _Match:
             _only_use(node.outputs[0], matched)
     for node in head[:-1]:
         _only_users(node.outputs[0], set(matched) | {u.node for u in node.outputs[0].uses() if u.node.op_type == "Shape"})
-    return _group_space_tail(pattern, sqrt, matched, x, groups, eps, div.outputs[0])
+    return _group_space_tail(pattern, sqrt, matched, x, groups, eps, div.outputs[0], stash)
 
 
 def _param(value: ir.Value, size: int | None, what: str):
     """A per-group or per-channel parameter applied as [1, size, 1] (or [size, 1]) to a rank-3 value:
-    (flat constant, size) or, not constant, the 1-D tensor behind Reshape([Cast](p), [1, -1, 1])."""
+    (flat constant, size) or, not constant, the 1-D tensor p of Reshape(p, [1, -1, 1]). A Cast that
+    makes p (to the type the Mul/Add computes in) stays, unless it is a no-op: p has that type."""
     arr = _const(value)
     if arr is not None:
         found = _per_channel(arr, size, 3)
@@ -577,18 +628,20 @@ def _param(value: ir.Value, size: int | None, what: str):
         raise _NoMatch(f"the {what} is neither a constant nor a 1-D tensor reshaped to [1, -1, 1]")
     source = reshape.inputs[0]
     cast = _producer(source, "Cast")
-    if cast is not None:
-        source = cast.inputs[0]
-    if source.shape is None or len(source.shape) != 1:
+    if cast is not None and _value_dtype(cast.inputs[0]) == ir.DataType(_attr(cast, "to")):
+        source, cast = cast.inputs[0], None  # a no-op Cast
+    shape = source.shape if source.shape is not None or cast is None else cast.inputs[0].shape
+    if shape is None or len(shape) != 1:
         raise _NoMatch(f"the {what} is not a 1-D tensor")
-    n = source.shape[0] if isinstance(source.shape[0], int) else size
+    n = shape[0] if isinstance(shape[0], int) else size
     return source, n
 
 
-def _group_space_tail(pattern, anchor, matched, x, groups, eps, value) -> _Match:
-    """From the normalised [N, G, -1] values to x's shape: any of Reshape back to x's shape, Reshape to
-    [N, C, -1], Cast to x's type, per-group (in [N, G, -1]) or per-channel (in [N, C, -1]) Mul then Add,
-    ending in x's shape; then the per-channel Mul/Add of _finish_decomposition."""
+def _group_space_tail(pattern, anchor, matched, x, groups, eps, value, compute) -> _Match:
+    """From the normalised [N, G, -1] values (of type `compute`) to x's shape: any of Reshape back to
+    x's shape, Reshape to [N, C, -1], Cast to x's type, per-group (in [N, G, -1]) or per-channel (in
+    [N, C, -1]) Mul then Add, ending in x's shape and type; then the per-channel Mul/Add of
+    _finish_decomposition."""
     space, gamma, beta = "group", None, None
     channels = _static_dim(x, 1)
     while True:
@@ -597,15 +650,15 @@ def _group_space_tail(pattern, anchor, matched, x, groups, eps, value) -> _Match
             break
         node = users[0]
         if node.op_type == "Reshape" and node.inputs[0] is value:
-            if _restores_shape(node.inputs[1], x, channels):
+            if _restores_shape(node, x, channels):
                 nxt = "x"
-            elif space == "x" and _dims_of(node.inputs[1], x) == [0, 0, -1]:
+            elif space == "x" and _reshape_dims(node, x) == [0, 0, -1]:
                 nxt = "channel"
             else:
                 break
             space, last_reshape = nxt, node
-        elif node.op_type == "Cast" and x.dtype is not None and _attr(node, "to") == x.dtype.value:
-            pass
+        elif _is_cast_to(node, x.dtype) or _is_cast_to(node, compute):  # back to x's type, or a no-op
+            compute = ir.DataType(_attr(node, "to"))
         elif node.op_type in ("Mul", "Add") and space in ("group", "channel") and beta is None \
                 and (node.op_type == "Add" or gamma is None):
             other = node.inputs[1] if node.inputs[0] is value else node.inputs[0]
@@ -628,6 +681,8 @@ def _group_space_tail(pattern, anchor, matched, x, groups, eps, value) -> _Match
         value = node.outputs[0]
     if space != "x":
         raise _NoMatch("the normalised values are not reshaped back to the input's shape")
+    if compute != x.dtype:  # x fp16, statistics in float32 and no Cast back: a float32 output
+        raise _NoMatch("the normalised values are not cast back to the input's type")
     matched.remove(last_reshape)
     matched.append(last_reshape)
     return _finish_decomposition(pattern, anchor, matched, x, groups, eps, last_reshape, None, gamma, beta,
@@ -638,11 +693,12 @@ def _finish_decomposition(pattern, anchor, matched, x, groups, eps, reshape2, fa
                           gamma=None, beta=None, channels=None, out=None) -> _Match:
     rank = _rank(x)
     channels = channels or _static_dim(x, 1)
+    out = reshape2.outputs[0] if out is None else out  # after the Casts the group-space tail took
     if gamma is None and beta is None:
-        gamma, beta, out, channels, rank = _affine_tail(reshape2.outputs[0], matched, channels, rank)
+        gamma, beta, out, channels, rank = _affine_tail(out, matched, channels, rank, x.dtype)
     elif beta is None:
-        _, beta, out, channels, rank = _affine_tail(out, matched, channels, rank, only=("Add",))
-    if not _restores_shape(reshape2.inputs[1], x, channels):
+        _, beta, out, channels, rank = _affine_tail(out, matched, channels, rank, x.dtype, only=("Add",))
+    if not _restores_shape(reshape2, x, channels):
         raise _NoMatch("cannot prove that the final Reshape restores the input's shape")
     if channels is None:
         raise _NoMatch("the channel count C is not static")
@@ -659,6 +715,35 @@ def _finish_decomposition(pattern, anchor, matched, x, groups, eps, reshape2, fa
     if dtype is None:
         raise _NoMatch("the input's element type is unknown")
     return _Match(pattern, anchor, matched, x, rank, channels, groups, eps, dtype, gamma, beta, out)
+
+
+# The node's element types: x (and y) one of these; gamma and beta both x's type or float32.
+NODE_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+
+
+def _value_dtype(value: ir.Value) -> ir.DataType | None:
+    if value.dtype is not None:
+        return value.dtype
+    cast = _producer(value, "Cast")
+    return None if cast is None else ir.DataType(_attr(cast, "to"))
+
+
+def _affine_dtype(match: _Match) -> ir.DataType:
+    """The one type of the fused node's gamma and beta: float32 where either already is (the other is
+    cast to it, exactly), else x's type; a type the node does not take leaves the GroupNorm."""
+    if match.dtype not in NODE_TYPES:
+        raise _NoMatch(f"the input's element type is {match.dtype.name}; the node takes FLOAT, FLOAT16 or BFLOAT16")
+    types = set()
+    for what, param in (("scale", match.gamma), ("bias", match.beta)):
+        if param is None:
+            continue
+        dtype = _value_dtype(param) if isinstance(param, ir.Value) else ir.DataType.from_numpy(param.dtype)
+        if dtype is None:
+            raise _NoMatch(f"the {what}'s element type is unknown")
+        if dtype not in (match.dtype, ir.DataType.FLOAT):
+            raise _NoMatch(f"the {what} is {dtype.name}, neither the input's type {match.dtype.name} nor FLOAT")
+        types.add(dtype)
+    return ir.DataType.FLOAT if ir.DataType.FLOAT in types else match.dtype
 
 
 def _silu_tail(out: ir.Value) -> tuple[list[ir.Node], ir.Value] | None:
@@ -714,16 +799,23 @@ def _initializer(graph: ir.Graph, namer: _Namer, base: str, arr: np.ndarray) -> 
     return value
 
 
-def _replace(graph: ir.Graph, match: _Match, activation: str, act_nodes: list[ir.Node], final: ir.Value, namer: _Namer) -> str:
-    np_dtype = match.dtype.numpy()
+def _replace(graph: ir.Graph, match: _Match, affine_dtype: ir.DataType, activation: str, act_nodes: list[ir.Node],
+             final: ir.Value, namer: _Namer) -> str:
+    np_dtype = affine_dtype.numpy()
     base = match.anchor.name or "group_norm"
     new_nodes: list[ir.Node] = []
 
     def affine(param, fill, suffix):
         if isinstance(param, ir.Value):
-            return param
-        arr = np.full((match.channels,), fill, dtype=np_dtype) if param is None else np.asarray(param)
-        return _initializer(graph, namer, f"{base}_{suffix}", arr.reshape(match.channels))
+            if _value_dtype(param) == affine_dtype:
+                return param
+            cast = ir.Node("", "Cast", [param], attributes=[ir.AttrInt64("to", affine_dtype.value)],
+                           name=namer(f"{base}_{suffix}_cast"))
+            cast.outputs[0].name = namer(f"{base}_{suffix}_{affine_dtype.name.lower()}")
+            new_nodes.append(cast)
+            return cast.outputs[0]
+        arr = np.full((match.channels,), fill) if param is None else np.asarray(param)
+        return _initializer(graph, namer, f"{base}_{suffix}", arr.astype(np_dtype).reshape(match.channels))
 
     gamma = affine(match.gamma, 1, "gamma")
     beta = affine(match.beta, 0, "beta")
@@ -803,6 +895,11 @@ def _annotate_inferred_shapes(model: ir.Model) -> list[ir.Value]:
         for tensor in proto.graph.initializer:
             if len(tensor.raw_data) > _SMALL_TENSOR_BYTES:
                 tensor.ClearField("raw_data")  # dims are all shape inference reads of large weights
+        for node in proto.graph.node:
+            # ONNX infers no type for a GroupNormalization-18 (deprecated), nor for anything after it;
+            # its output has its input's type and shape, which is what an Identity in its place gives.
+            if node.op_type == "GroupNormalization" and node.domain in ("", "ai.onnx") and node.input:
+                node.CopyFrom(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:  # inference is a help, never a requirement (e.g. a model over 2 GB in memory)
         return []
@@ -872,6 +969,7 @@ def _fuse_graph(graph: ir.Graph, opset: int, report: FusionReport, namer: _Namer
             continue
         try:
             match = matcher(node, opset)
+            affine_dtype = _affine_dtype(match)
         except _NotGroupNorm:
             continue
         except _NoMatch as why:
@@ -879,7 +977,7 @@ def _fuse_graph(graph: ir.Graph, opset: int, report: FusionReport, namer: _Namer
             continue
         tail = _silu_tail(match.out)
         act_nodes, final, activation = ([], match.out, "none") if tail is None else (tail[0], tail[1], "silu")
-        name = _replace(graph, match, activation, act_nodes, final, namer)
+        name = _replace(graph, match, affine_dtype, activation, act_nodes, final, namer)
         report.fused.append(FusedGroupNorm(name, match.pattern, match.channels, match.num_groups, match.epsilon, activation))
     if progress is not None:
         progress(len(anchors), len(anchors))
@@ -920,8 +1018,8 @@ def fuse_file(
     The output path is checked before anything is loaded; the output is written atomically
     (with external data ``<output>.data`` when the input had external data or is over ~1.8 GB).
     A model with nothing to fuse is written as an unchanged copy (report.copied_unchanged)."""
+    onnx_io.check_output_path(output_path, input_path)  # as given: "out/" names a folder
     input_path, output_path = Path(input_path), Path(output_path)
-    onnx_io.check_output_path(output_path, input_path)
     inputs = onnx_io.model_files(input_path)
     if progress:
         progress("load", 0, 1)
@@ -931,7 +1029,7 @@ def fuse_file(
         progress("load", 1, 1)
     report = fuse_model(model, function=function, progress=(lambda i, n: progress("fuse", i, n)) if progress else None)
     if not report.fused and not onnx_io.has_external_data(model):
-        onnx_io.copy_file(input_path, output_path)
+        onnx_io.copy_file(input_path, output_path, keep=inputs)
         report.copied_unchanged = True
         return report
     _strip_added_value_info(model, original_value_info)

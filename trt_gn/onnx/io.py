@@ -4,14 +4,22 @@ atomic writes (trt_gn.fileio), external data for big models.
 A model and its external data appear together or not at all: the data goes to a file name that
 nothing uses yet (``<output>.data``, else ``<output>.<random>.data``), then the model file is
 renamed into place, the one step that publishes both; the data of the model it replaced is
-removed after that. A failure at any point leaves the previous output whole.
+removed after that. A failure at any point leaves the previous output whole. Runs that publish
+into one folder do so one at a time (trt_gn.fileio.publish_lock), so that of concurrent runs to
+one output the last one's model and data remain, and no data file that no model references.
+
+Every tensor of an input is checked against its storage before anything is read from it: a tensor
+whose bytes (inline or external) cannot hold the values it declares is an error, found from the
+sizes alone.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
+import shutil
 from pathlib import Path
 
 import onnx
@@ -46,11 +54,22 @@ def _external_data_files(model: ir.Model, model_dir: Path) -> set[Path]:
     return files
 
 
+def check_input_file(path: str | os.PathLike) -> Path:
+    """`path` is an existing regular file (a FIFO would block the read), or OnnxInputError."""
+    path = Path(path)
+    kind = fileio.file_kind(path)
+    if kind is None:
+        raise OnnxInputError(f"{path}: no such file")
+    if kind == "folder":
+        raise OnnxInputError(f"{path}: is a folder, not an ONNX model file")
+    if kind != "file":
+        raise OnnxInputError(f"{path}: is a {kind}, not a regular file")
+    return path
+
+
 def load_model(path: str | os.PathLike) -> ir.Model:
     """Load an ONNX model (external data stays on disk, memory-mapped) or raise OnnxInputError."""
-    path = Path(path)
-    if not path.is_file():
-        raise OnnxInputError(f"{path}: no such file")
+    path = check_input_file(path)
     if path.stat().st_size == 0:
         raise OnnxInputError(f"{path}: empty file, not an ONNX model")
     try:
@@ -62,7 +81,7 @@ def load_model(path: str | os.PathLike) -> ir.Model:
     problem = _structure_problem(proto.graph)
     if problem:
         raise OnnxInputError(f"{path}: invalid ONNX model (truncated or corrupt?): {problem}")
-    problem = _external_data_problem(proto, path)
+    problem = _storage_problem(proto, path)
     if problem:
         raise OnnxInputError(f"{path}: {problem}")
     try:
@@ -74,16 +93,22 @@ def load_model(path: str | os.PathLike) -> ir.Model:
 
 def _structure_problem(graph: onnx.GraphProto) -> str | None:
     """A cheap integrity check (the full checker also rejects valid models with deprecated ops):
-    every node input and graph output must be defined before use."""
-    known = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {""}
-    known |= {t.name for t in graph.sparse_initializer} if hasattr(graph, "sparse_initializer") else set()
+    every node input and graph output is defined before use, and every value is written once."""
+    writer = {i.name: "the graph input" for i in graph.input}
+    writer.update({t.name: "an initializer" for t in graph.initializer if t.name not in writer})
+    writer.update({t.values.name: "an initializer" for t in graph.sparse_initializer})
     for node in graph.node:
+        here = f"node {node.name or node.op_type!r}"
         for name in node.input:
-            if name not in known:
-                return f"node {node.name or node.op_type!r} uses undefined value {name!r}"
-        known.update(node.output)
+            if name and name not in writer:
+                return f"{here} uses undefined value {name!r}"
+        for name in node.output:
+            if name in writer:
+                return f"value {name!r} is written twice: by {writer[name]} and by {here}"
+            if name:
+                writer[name] = here
     for out in graph.output:
-        if out.name not in known:
+        if out.name not in writer:
             return f"graph output {out.name!r} is never computed"
     return None
 
@@ -93,10 +118,44 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-_DTYPE_BYTES = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
-                onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.INT64: 8, onnx.TensorProto.INT32: 4,
-                onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1, onnx.TensorProto.BOOL: 1,
-                onnx.TensorProto.INT16: 2, onnx.TensorProto.UINT16: 2}
+_TP = onnx.TensorProto
+_SUB_BYTE_BITS = {getattr(_TP, name): bits for name, bits in (("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4),
+                                                           ("INT2", 2), ("UINT2", 2)) if hasattr(_TP, name)}
+# The typed field that holds a tensor's values when it has no raw_data, and its entries per value.
+_TYPED_FIELD = {_TP.FLOAT: ("float_data", 1), _TP.COMPLEX64: ("float_data", 2), _TP.DOUBLE: ("double_data", 1),
+                _TP.COMPLEX128: ("double_data", 2), _TP.INT64: ("int64_data", 1), _TP.UINT32: ("uint64_data", 1),
+                _TP.UINT64: ("uint64_data", 1), _TP.STRING: ("string_data", 1)}
+
+
+def _declared_bytes(tensor: onnx.TensorProto) -> tuple[int, int | None]:
+    """(number of values, bytes they take; None for strings) from dims and type alone."""
+    count = math.prod(tensor.dims)
+    if tensor.data_type == _TP.STRING:
+        return count, None
+    bits = _SUB_BYTE_BITS.get(tensor.data_type)
+    if bits is not None:
+        return count, (count * bits + 7) // 8
+    return count, count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+
+
+def _inline_problem(tensor: onnx.TensorProto) -> str | None:
+    """An inline tensor's raw_data (or typed field) must hold exactly the values it declares."""
+    count, nbytes = _declared_bytes(tensor)
+    type_name = onnx.helper.tensor_dtype_to_string(tensor.data_type).replace("TensorProto.", "")
+    declares = f"tensor {tensor.name!r} declares {count} {type_name} values"
+    if tensor.raw_data or (nbytes == 0 and tensor.data_type != _TP.STRING):
+        if nbytes is not None and len(tensor.raw_data) != nbytes:
+            return f"{declares} ({nbytes} bytes) but holds {len(tensor.raw_data)} bytes"
+        return None
+    field, per_value = _TYPED_FIELD.get(tensor.data_type, ("int32_data", 1))
+    if tensor.data_type in _SUB_BYTE_BITS:  # packed: int32_data holds one byte each
+        expected = nbytes
+    else:
+        expected = count * per_value
+    held = len(getattr(tensor, field))
+    if held != expected:
+        return f"{declares} but holds {held} entries in {field}, not {expected}"
+    return None
 
 
 def _external_entries(proto: onnx.ModelProto):
@@ -106,38 +165,90 @@ def _external_entries(proto: onnx.ModelProto):
             yield tensor, {e.key: e.value for e in tensor.external_data}
 
 
-def _external_data_problem(proto: onnx.ModelProto, path: Path) -> str | None:
-    """Every external tensor's file must exist and hold the bytes the tensor points at."""
+def _data_file_problem(file: Path, location: str, folder: Path, tensor: str) -> str | None:
+    """An external data file must exist where onnx_ir reads it: named inside the model's folder,
+    still inside it after following links, with one hard link. onnx_ir refuses any other file (as a
+    guard against a model reading files it was not given) when the model's path has a folder;
+    these rules hold here however the path is spelled."""
+    inside = os.path.normpath(os.path.abspath(file)).startswith(os.path.normpath(os.path.abspath(folder)) + os.sep)
+    if location and not inside:
+        return f"external data location {location!r} of tensor {tensor!r} is outside the model's folder {folder}"
+    if not location or not file.is_file():
+        return f"external data file {file} of tensor {tensor!r} does not exist"
+    if folder.resolve() not in file.resolve().parents:
+        return (f"external data file {file} is a link to {file.resolve()}, outside the model's folder {folder}; "
+                "onnx_ir reads no data from there (copy the file in)")
+    links = file.stat().st_nlink
+    if links > 1:
+        return f"external data file {file} has {links} hard links; onnx_ir reads only files with one (copy it)"
+    return None
+
+
+def _storage_problem(proto: onnx.ModelProto, path: Path) -> str | None:
+    """Every tensor's storage must hold the values it declares (read from sizes, nothing loaded):
+    inline bytes or typed fields, or bytes of an existing external data file inside the model's
+    folder."""
     sizes: dict[Path, int] = {}
-    for tensor, entry in _external_entries(proto):
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        if any(d < 0 for d in tensor.dims):
+            return f"tensor {tensor.name!r} has a negative dimension {list(tensor.dims)}"
+        if tensor.data_location != _TP.EXTERNAL:
+            problem = _inline_problem(tensor)
+            if problem:
+                return problem
+            continue
+        entry = {e.key: e.value for e in tensor.external_data}
         location = entry.get("location", "")
         file = path.parent / location
         if file not in sizes:
-            if not location or not file.is_file():
-                return f"external data file {file} of tensor {tensor.name!r} does not exist"
+            problem = _data_file_problem(file, location, path.parent, tensor.name)
+            if problem:
+                return problem
             sizes[file] = file.stat().st_size
-        offset = int(entry.get("offset", 0) or 0)
-        length = entry.get("length")
-        if length is None and tensor.data_type in _DTYPE_BYTES:
-            count = 1
-            for d in tensor.dims:
-                count *= d
-            length = count * _DTYPE_BYTES[tensor.data_type]
-        end = offset + int(length or 0)
+        try:
+            offset, length = int(entry.get("offset") or 0), entry.get("length")
+            length = None if length is None else int(length)
+        except ValueError:
+            return f"tensor {tensor.name!r} has a non-numeric external data offset or length"
+        count, nbytes = _declared_bytes(tensor)
+        if length is not None and nbytes is not None and length != nbytes:
+            return (f"tensor {tensor.name!r} declares {count} values ({nbytes} bytes) but its external data "
+                    f"length is {length} bytes")
+        end = offset + ((nbytes or 0) if length is None else length)
         if offset < 0 or end > sizes[file]:
             return (f"external data file {file} is truncated: tensor {tensor.name!r} needs bytes "
                     f"{offset}..{end}, the file has {sizes[file]}")
     return None
 
 
+_RANDOM_DATA_SUFFIX = ".00000000.data"  # the longest ending save_model gives a data file name
+_IR_TEMP_EXTRA = len("..00000000")  # onnx_ir writes a data file <name> in a folder .<name>.<random>
+
+
+def _data_stem(output: Path) -> str:
+    """`output`'s name, cut where <name>.<random>.data, or onnx_ir's temporary folder named after
+    it, would not fit the file system's limit."""
+    parent = fileio.folder_of(output)
+    return fileio.shorten(output.name, fileio.name_max(parent) - len(_RANDOM_DATA_SUFFIX) - _IR_TEMP_EXTRA)
+
+
 def external_data_name(output: Path) -> str:
     """The name of an output's external data file when that name is free."""
-    return output.name + ".data"
+    return _data_stem(output) + ".data"
+
+
+def _free_data_name(output: Path) -> str:
+    """external_data_name(output) if no file has it, else <name>.<random>.data that none has."""
+    parent = fileio.folder_of(output)
+    name = external_data_name(output)
+    while (parent / name).exists():
+        name = f"{_data_stem(output)}.{secrets.token_hex(4)}.data"
+    return name
 
 
 def _data_names_of(output: Path) -> re.Pattern:
     """The names save_model gives `output`'s data files (the only files it ever removes)."""
-    return re.compile(re.escape(output.name) + r"(\.[0-9a-f]{8})?\.data")
+    return re.compile(re.escape(_data_stem(output)) + r"(\.[0-9a-f]{8})?\.data")
 
 
 def model_files(path: str | os.PathLike) -> set[Path]:
@@ -149,19 +260,14 @@ def model_files(path: str | os.PathLike) -> set[Path]:
 
 
 def check_output_path(output: str | os.PathLike, *inputs: str | os.PathLike) -> Path:
-    """Fail early (before loading or computing anything) if `output` cannot be written, or if it
-    or its data file would be any input file or any input's external data file."""
+    """Fail early (before loading or computing anything) if `output` cannot be written as a regular
+    file (trt_gn.fileio.output_file_problem), or if it or its data file would be any input file or
+    any input's external data file."""
+    problem = fileio.output_file_problem(output)
+    if problem:  # the path as given: Path() drops a trailing separator
+        raise OutputPathError(f"{os.fspath(output)}: {problem}")
     output = Path(output)
-    if output.is_dir():
-        raise OutputPathError(f"{output}: is a directory; give a file name such as {output / 'model.onnx'}")
     parent = fileio.folder_of(output)
-    if not parent.is_dir():
-        raise OutputPathError(f"{output}: folder {parent} does not exist")
-    problem = fileio.writable_folder_problem(parent)
-    if problem:
-        raise OutputPathError(f"{output}: folder {parent} {problem}")
-    if output.exists() and not os.access(output, os.W_OK):
-        raise OutputPathError(f"{output}: exists and is not writable")
     target = output.resolve()
     data = (parent / external_data_name(output)).resolve()
     for inp in inputs:
@@ -204,40 +310,68 @@ def save_model(model: ir.Model, output: str | os.PathLike, *, external_data: boo
     parent = fileio.folder_of(output)
     if external_data is None:
         external_data = bool(_external_data_files(model, parent)) or model_nbytes(model) > EXTERNAL_DATA_THRESHOLD
-    owned = _data_names_of(output)
-    previous = {f for f in _referenced_files(output) if f.parent == parent.resolve() and owned.fullmatch(f.name)} \
-        if output.is_file() else set()
-    data_name = None
-    if external_data:
-        data_name = external_data_name(output)
-        while (parent / data_name).exists():
-            data_name = f"{output.name}.{secrets.token_hex(4)}.data"
     with fileio.staging_folder(parent, output.name) as stage:
         staged = stage / output.name
-        if data_name:
+        data_name = None
+        if external_data:
+            data_name = _free_data_name(output)
             ir.save(model, staged, external_data=data_name)  # tensors under 256 bytes stay inline
             if (stage / data_name).resolve() not in _referenced_files(staged):
                 data_name = None  # nothing went to it
         else:
             ir.save(model, staged)
-        if data_name:
-            # A new name: publishing the data replaces nothing; the model file still points at the old.
-            fileio.publish_file(stage / data_name, parent / data_name)
-        try:
-            fileio.publish_file(staged, output)  # the one step that publishes model and data
-        except BaseException:
-            if data_name:
-                (parent / data_name).unlink(missing_ok=True)
-            raise
-    for old in previous - set(keep):
-        if data_name is None or old != (parent / data_name).resolve():
-            old.unlink(missing_ok=True)
+        _publish(stage, data_name, output, keep)
     return output
 
 
-def copy_file(src: str | os.PathLike, output: str | os.PathLike) -> Path:
-    """Byte-for-byte copy of a self-contained ONNX file, written atomically."""
-    return fileio.copy_file(src, output)
+def copy_file(src: str | os.PathLike, output: str | os.PathLike, *, keep: set[Path] = frozenset()) -> Path:
+    """Byte-for-byte copy of a self-contained ONNX file, written like save_model writes."""
+    output = Path(output)
+    with fileio.staging_folder(fileio.folder_of(output), output.name) as stage:
+        shutil.copyfile(src, stage / output.name)
+        _publish(stage, None, output, keep)
+    return output
+
+
+def _publish(stage: Path, data_name: str | None, output: Path, keep: set[Path]) -> None:
+    """Publish the model `stage`/<output's name> (and its data file `stage`/`data_name`) as
+    `output`, then remove the data files of the output it replaced (unless in `keep`). One step for
+    every trt_gn run publishing into the folder: what the replaced output referenced is read under
+    the lock, and a data name another run took since the save chose it is changed first."""
+    parent = fileio.folder_of(output)
+    staged = stage / output.name
+    owned = _data_names_of(output)
+    fileio.pause_before_publish()
+    with fileio.publish_lock(parent):
+        previous = {f for f in _referenced_files(output) if f.parent == parent.resolve() and owned.fullmatch(f.name)}
+        if data_name and (parent / data_name).exists():
+            free = _free_data_name(output)
+            os.rename(stage / data_name, stage / free)
+            _relocate(staged, data_name, free)
+            data_name = free
+        with fileio.interrupts_deferred():  # an interrupt waits for the renames: never a data file alone
+            if data_name:
+                # A new name: publishing the data replaces nothing; the model file still points at the old.
+                fileio.publish_file(stage / data_name, parent / data_name)
+            try:
+                fileio.publish_file(staged, output)  # the one step that publishes model and data
+            except BaseException:
+                if data_name:
+                    (parent / data_name).unlink(missing_ok=True)
+                raise
+            new_data = (parent / data_name).resolve() if data_name else None
+            for old in previous - set(keep) - {new_data}:
+                old.unlink(missing_ok=True)
+
+
+def _relocate(model_file: Path, old: str, new: str) -> None:
+    """Point the external tensors of `model_file` at data file `new` instead of `old`."""
+    proto = onnx.load(str(model_file), load_external_data=False)
+    for tensor in onnx.external_data_helper._get_all_tensors(proto):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+    model_file.write_bytes(proto.SerializeToString())
 
 
 def has_external_data(model: ir.Model) -> bool:

@@ -80,11 +80,13 @@ def register_schema() -> None:
         doc="y = activation(GroupNorm(x; num_groups, epsilon) * gamma + beta); the trt_gn TensorRT plugin.",
         inputs=[
             S.FormalParameter("x", "T", "(N, C, H, W)"),
-            S.FormalParameter("gamma", "T", "(C)"),
-            S.FormalParameter("beta", "T", "(C)"),
+            S.FormalParameter("gamma", "U", "(C), x's type or float32"),
+            S.FormalParameter("beta", "U", "(C), gamma's type"),
         ],
         outputs=[S.FormalParameter("y", "T", "same shape and type as x")],
-        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
+        # U is x's type or float32 (what the plugin takes); a type constraint cannot say so.
+        type_constraints=[("T", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], ""),
+                          ("U", ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"], "")],
         attributes=[
             S.Attribute(spec.FIELD_NUM_GROUPS, S.AttrType.INT, "number of groups, divides C"),
             S.Attribute(spec.FIELD_EPSILON, S.AttrType.FLOAT, "added to the variance"),
