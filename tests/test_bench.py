@@ -398,7 +398,7 @@ def test_host_overhead_steps_without_a_gpu():
 
 
 def test_host_overhead_script_errors(tmp_path):
-    from test_cli import cli_env
+    from cli_helpers import cli_env
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "trt_gn.lab.host_overhead", *args], capture_output=True,

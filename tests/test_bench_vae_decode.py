@@ -17,7 +17,7 @@ from trt_gn.lab import vae_decode as vae
 
 
 def run(*args, cwd):
-    from test_cli import cli_env
+    from cli_helpers import cli_env
 
     return subprocess.run([sys.executable, "-m", "trt_gn.lab.vae_decode", *args], capture_output=True, text=True,
                           cwd=cwd, env=cli_env())

@@ -53,7 +53,7 @@ def test_parse_case_rejects_bad_specs(text, message):
 
 def python_m(module, *args):
     # From a folder without trt_gn, with the package under test on PYTHONPATH (as test_cli does).
-    from test_cli import cli_env
+    from cli_helpers import cli_env
 
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120,
                           cwd=tempfile.gettempdir(), env=cli_env())

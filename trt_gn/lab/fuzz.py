@@ -341,6 +341,12 @@ def run(args, prog: str) -> int:
         fixed = [parse_case(text) for text in args.case]
     except ValueError as exc:
         raise Error(f"--case: {exc}") from None
+    if args.plans:  # written after the run: checked before it
+        from ..fileio import output_file_problem
+
+        problem = output_file_problem(args.plans, example="plans.csv")
+        if problem:
+            raise Error(f"--plans {args.plans}: {problem}", "give a new or writable CSV file path")
 
     import torch
 
