@@ -8,7 +8,7 @@ prints it as
     trt-gn <command>: error: <message>
       hint: <hint>
 
-Exit codes (README, "Exit codes"):
+Exit codes (README, "Errors and exit codes"):
 
     0    done; every check that ran passed
     1    failed: a check failed, or the work itself failed (TensorRT, onnxruntime, torch, a write)
