@@ -97,6 +97,17 @@ def _everything(d: Path) -> None:
     _text_files(d)
 
 
+def _two_models(d: Path) -> None:
+    """model.onnx and other.onnx, a model with another input name: no model and its fused copy."""
+    _everything(d)
+    graph = helper.make_graph([helper.make_node("Relu", ["a"], ["y"])], "other",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 8, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, str(d / "other.onnx"))
+
+
 def _wrong_keys(d: Path) -> None:
     torch.save({"encoder.weight": torch.zeros(2)}, d / "wrong.bin")
 
@@ -318,6 +329,9 @@ CLI_CASES = {
     "validate-text-original": Case(["validate", "notes.onnx", "model.onnx"], _everything, BAD,
                                    "trt-gn validate: error: notes.onnx: not a readable ONNX model (truncated or "
                                    "another format): {parser}"),
+    "validate-different-models": Case(["validate", "model.onnx", "other.onnx"], _two_models, BAD,
+                                      "trt-gn validate: error: model.onnx and other.onnx have different inputs (x vs a): "
+                                      "they are not a model and its fused copy"),
     "validate-unknown-dim": Case(["validate", "model.onnx", "model.onnx", "--dims", "batch=1,s81=64"], _everything,
                                  BAD, "trt-gn validate: error: --dims s81: model.onnx has no input dimension named 's81'"),
     "validate-dims-syntax": Case(["validate", "model.onnx", "model.onnx", "--dims", "batch"], _everything, BAD,
@@ -367,7 +381,8 @@ CLI_CASES = {
     "build-plan-suffix": Case(["build", "model.onnx", "-o", "out.txt"], _everything, BAD,
                               "trt-gn build: error: engine file out.txt must end in .plan or .engine"),
     "build-plan-in-proc": Case(["build", "model.onnx", "-o", "/proc/out.plan"] + PROFILE, _everything, BAD,
-                               "trt-gn build: error: engine folder /proc is not writable (No such file or directory)"),
+                               "trt-gn build: error: engine /proc/out.plan: folder /proc is not writable (No such file or "
+                               "directory)"),
     "build-plan-is-fifo": Case(["build", "model.onnx", "-o", "o.plan"] + PROFILE, _plan_fifo, BAD,
                                f"trt-gn build: error: engine o.plan: is a FIFO, {SPECIAL_OUTPUT}"),
     "build-plugin-flag-missing": Case(["build", "model.onnx", "-o", "out.plan", "--plugin", "nope.so"] + PROFILE,
@@ -385,6 +400,13 @@ CLI_CASES = {
                                          "4294967296"], _everything, BAD,
                                         "trt-gn triton: error: --max-batch-size must be in 0..2147483647 (Triton's "
                                         "int32), got 4294967296"),
+    "triton-repository-is-a-file": Case(["triton", "model.onnx", "--backend", "python", "--repository", "blocker"],
+                                        _everything, BAD,
+                                        "trt-gn triton: error: model repository blocker: exists and is not a folder"),
+    "triton-repository-parent-missing": Case(["triton", "model.onnx", "--backend", "python", "--repository",
+                                              "nowhere/repo"], _everything, BAD,
+                                             "trt-gn triton: error: model repository nowhere/repo: its parent nowhere "
+                                             "does not exist or is not a folder"),
     "triton-onnx-not-onnx": Case(["triton", "engine.plan", "--repository", "repo", "--onnx", "notes.onnx",
                                   "--io-from", "onnx"], _everything, BAD,
                                  "trt-gn triton: error: notes.onnx is not a readable ONNX model ({parser})"),
@@ -412,7 +434,7 @@ CLI_CASES = {
                                           "trt-gn pipeline: error: --weights empty_folder: folder has no config.json, "
                                           "so it is no diffusers model folder"),
     "pipeline-out-is-a-file": Case(["pipeline", "--out", "blocker"], _everything, BAD,
-                                   "trt-gn pipeline: error: output blocker exists and is not a folder"),
+                                   "trt-gn pipeline: error: output folder blocker: exists and is not a folder"),
     # bench
     "bench-replays": Case(["bench", "--replays", "1", "--out", "b"], _everything, BAD,
                           "trt-gn bench: error: --replays must be >= 30, got 1"),

@@ -104,16 +104,14 @@ def check_options(options: PipelineOptions) -> Path:
     if out.resolve() == cwd or out.resolve() in cwd.parents:
         raise PipelineError(f"output folder {out} holds the current folder; it cannot be replaced",
                             "choose a new or empty --out, such as trt-gn-out")
-    if out.exists() and not out.is_dir():
-        raise PipelineError(f"output {out} exists and is not a folder", "choose another --out")
+    # staged beside --out and renamed over it: its parent must exist and take new entries
+    problem = fileio.output_folder_problem(out, parents=False, replace=True)
+    if problem:
+        hint = f"create it first (mkdir -p {parent}) or choose another --out" if "parent" in problem else \
+            "choose another, writable --out"
+        raise PipelineError(f"output folder {out}: {problem}", hint)
     if out.is_dir() and any(out.iterdir()) and not options.overwrite:
         raise PipelineError(f"output folder {out} is not empty", "pass --overwrite to replace it, or choose another --out")
-    if not parent.is_dir():
-        raise PipelineError(f"output folder {out}: its parent {parent} does not exist or is not a folder",
-                            f"create it first (mkdir -p {parent}) or choose another --out")
-    problem = fileio.writable_folder_problem(parent)
-    if problem:
-        raise PipelineError(f"output folder {out}: {parent} {problem}", "choose a writable --out")
     try:
         import diffusers  # noqa: F401
     except ImportError:
