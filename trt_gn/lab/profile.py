@@ -12,7 +12,13 @@ def main(names: list[str]) -> int:
     import torch
 
     from .. import ops  # noqa: F401  (registers torch.ops.trt_gn)
+    from ..errors import EXIT_MISSING
     from .shapes import SHAPES
+
+    if not torch.cuda.is_available():
+        print("python -m trt_gn.lab.profile: error: no CUDA device (torch.cuda.is_available() is False)",
+              file=sys.stderr)
+        return EXIT_MISSING
 
     names = names or [s.name for s in SHAPES]
     for s in SHAPES:
