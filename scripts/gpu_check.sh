@@ -8,9 +8,9 @@
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
 # plans: AB_OLD's plans against the working tree's on the fuzz cases (described, not run).
-# ab: scripts/ab_kernels.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
+# ab: trt_gn/lab/ab.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
 # the working tree, on the shape list (AB_ARGS adds options).
-# host: the op's host time per call against stock PyTorch's (scripts/bench_host_overhead.py), with its
+# host: the op's host time per call against stock PyTorch's (trt_gn/lab/host_overhead.py), with its
 # C++ implementation (built for this torch first) and with its Python one.
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
@@ -45,7 +45,7 @@ for s in $stages; do
       timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
     fuzz)
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
-        timeout 300 python3 -m trt_gn.fuzz --cases ${FUZZ_CASES:-10000} --seed $seed --quiet >"$OUT/fuzz-$seed.log" 2>&1 \
+        timeout 300 python3 -m trt_gn.cli fuzz --cases ${FUZZ_CASES:-10000} --seed $seed --quiet >"$OUT/fuzz-$seed.log" 2>&1 \
           || rc=1
         echo "fuzz seed $seed:"; grep -vE "^\|---" "$OUT/fuzz-$seed.log" | tail -34
       done ;;
@@ -62,18 +62,18 @@ for s in $stages; do
     plans)
       # AB_OLD's planner against the working tree's on the fuzz command's cases (plans described,
       # no kernel run): every plan must be the same.
-      old=$(python3 scripts/ab_kernels.py --variant old=${AB_OLD:?AB_OLD names the old variant} --build-only \
+      old=$(python3 -m trt_gn.lab.ab --variant old=${AB_OLD:?AB_OLD names the old variant} --build-only \
             --out /tmp/plans-ab 2>"$OUT/plans-build.log" | tail -1 | sed 's/^old: //')
       [ -f "$old" ] || { echo "plans: no old build: $(tail -3 "$OUT/plans-build.log")"; rc=1; continue; }
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
-        TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed \
+        TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed \
           --plans /tmp/plans-old-$seed.csv | tail -1
-        python3 -m trt_gn.fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed --plans /tmp/plans-new-$seed.csv \
+        python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed --plans /tmp/plans-new-$seed.csv \
           | tail -1
-        python3 scripts/compare_plans.py /tmp/plans-old-$seed.csv /tmp/plans-new-$seed.csv | tail -13 || rc=1
+        python3 -m trt_gn.lab.compare_plans /tmp/plans-old-$seed.csv /tmp/plans-new-$seed.csv | tail -13 || rc=1
       done ;;
     ab)
-      timeout ${AB_TIMEOUT:-540} python3 scripts/ab_kernels.py --variant old=${AB_OLD:?AB_OLD names the old variant} --variant new=. \
+      timeout ${AB_TIMEOUT:-540} python3 -m trt_gn.lab.ab --variant old=${AB_OLD:?AB_OLD names the old variant} --variant new=. \
           --out "$OUT/ab" ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -50 || rc=1 ;;
     plugin)
       (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1
@@ -104,7 +104,7 @@ for s in $stages; do
     profile)
       timeout 300 ncu --clock-control none --cache-control ${NCU_CACHE:-all} -k regex:gn --csv --page raw \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__cluster_dim_x,launch__registers_per_thread,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
-        python3 scripts/profile_kernels.py ${PROFILE_SHAPES:-} > "$OUT/profile.csv" 2>"$OUT/profile.err"; echo "ncu exit $?"
+        python3 -m trt_gn.lab.profile ${PROFILE_SHAPES:-} > "$OUT/profile.csv" 2>"$OUT/profile.err"; echo "ncu exit $?"
       python3 - "$OUT/profile.csv" <<'PY'
 import csv, sys
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
@@ -122,22 +122,22 @@ PY
       # stall reasons of one kernel of each path (one small, one VAE shape)
       timeout 200 ncu --clock-control none -k regex:"gnFused|gnApplyNHWC|gnStatsNHWC" --launch-skip 0 --launch-count 6 \
         --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis --section SourceCounters \
-        python3 scripts/profile_kernels.py ${DETAIL_SHAPES:-sd15-unet-320x64 vae-dec-256x512} > "$OUT/detail.txt" 2>&1
+        python3 -m trt_gn.lab.profile ${DETAIL_SHAPES:-sd15-unet-320x64 vae-dec-256x512} > "$OUT/detail.txt" 2>&1
       grep -E "gnFused|gnApply|gnStats|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|L2 Hit|Warp Cycles Per Issued|Elapsed Cycles|group_norm_.*cu:[0-9]+|stall" "$OUT/detail.txt" | head -120 ;;
     sass)
       # per-SASS-instruction stall samples of one kernel (NCU_KERNEL, default gnFusedNHWC) on PROFILE_SHAPES
       timeout 300 ncu --clock-control none --cache-control none -k regex:${NCU_KERNEL:-gnFusedNHWC} --launch-skip 1 --launch-count 1 \
         --section WarpStateStats --section SourceCounters --import-source yes -o "$OUT/prof" -f \
-        python3 scripts/profile_kernels.py ${PROFILE_SHAPES:-sd15-unet-320x64} > "$OUT/sass-run.log" 2>&1; echo "ncu exit $?"
+        python3 -m trt_gn.lab.profile ${PROFILE_SHAPES:-sd15-unet-320x64} > "$OUT/sass-run.log" 2>&1; echo "ncu exit $?"
       ncu -i "$OUT/prof.ncu-rep" --page source --csv --print-source sass > "$OUT/sass.csv" 2>"$OUT/sass.err"; echo "source page exit $?"
       ls -la "$OUT" ;;
     host)
       for impl in cpp python; do
-        timeout ${HOST_TIMEOUT:-300} python3 scripts/bench_host_overhead.py --implementation $impl \
+        timeout ${HOST_TIMEOUT:-300} python3 -m trt_gn.lab.host_overhead --implementation $impl \
             --out "$OUT/host-$impl.csv" 2>&1 | tee "$OUT/host-$impl.log" | grep -v "round [0-9]" || rc=1
       done ;;
     vae)
-      timeout ${VAE_TIMEOUT:-420} python3 export/bench_vae_decode.py --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
+      timeout ${VAE_TIMEOUT:-420} python3 -m trt_gn.lab.vae_decode --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
         | tee "$OUT/vae.log" | tail -40 || rc=1 ;;
   esac
 done

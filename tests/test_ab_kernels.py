@@ -1,11 +1,10 @@
-"""scripts/ab_kernels.py, the A/B timing tool of the kernel notes: its options and messages, its
+"""python -m trt_gn.lab.ab, the A/B timing tool of the kernel notes: its options and messages, its
 table, and a real build of a git revision's kernels library (timing itself needs a GPU:
 tests/gpu/test_gpu_bench.py)."""
 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -15,22 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "ab_kernels.py"
-HAVE_GIT_CHECKOUT = (SCRIPT.parents[1] / ".git").exists()
+from trt_gn.lab import ab
+
+# The checkout: the tool runs from it (`python -m` finds its trt_gn there) and builds its revisions.
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_GIT_CHECKOUT = (ROOT / ".git").exists()
+PROG = "python -m trt_gn.lab.ab"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("ab_kernels", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ab = _load()
-
-
-def run(*args, cwd=None):
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd)
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "trt_gn.lab.ab", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_help():
@@ -49,7 +42,7 @@ def test_help():
     (("--variant", "a b=HEAD"), "--variant 'a b=HEAD': the name may hold only letters, digits, '_' and '-'"),
     (("--variant", "a=HEAD", "--variant", "a=HEAD"), "--variant names must differ: a, a"),
     (("--variant", "a=no-such-revision"),
-     f"variant a: 'no-such-revision' is neither a git revision of {SCRIPT.parents[1]}, a directory nor a .so file"),
+     f"variant a: 'no-such-revision' is neither a git revision of {ROOT}, a directory nor a .so file"),
     (("--variant", "a=/nonexistent/x.so"), "variant a: no library file /nonexistent/x.so"),
     (("--variant", "a=HEAD", "--shapes", "1/65/8/8/32"),
      "shape '1/65/8/8/32': N, C, H, W and G must be >= 1 and C divisible by G"),
@@ -67,14 +60,14 @@ def test_bad_options(tmp_path, args, message):
     out = tmp_path / "out"
     proc = run(*args, "--out", str(out))
     assert proc.returncode == 2
-    assert proc.stderr == f"ab_kernels: {message}\n"
+    assert proc.stderr == f"{PROG}: error: {message}\n"
     assert not out.exists()  # nothing written
 
 
 def test_directory_without_sources(tmp_path):
     proc = run("--variant", f"a={tmp_path}", "--build-only", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert proc.stderr == f"ab_kernels: variant a: {tmp_path} is a directory without plugin_src/CMakeLists.txt\n"
+    assert proc.stderr == f"{PROG}: error: variant a: {tmp_path} is a directory without plugin_src/CMakeLists.txt\n"
     assert not (tmp_path / "out").exists()
 
 
@@ -84,7 +77,7 @@ def test_timing_needs_a_gpu(tmp_path):
     lib.write_bytes(b"")
     proc = run("--variant", f"a={lib}", "--out", str(tmp_path / "out"))
     assert proc.returncode == 2
-    assert proc.stderr == ("ab_kernels: no CUDA device: timing needs a GPU (torch.cuda.is_available() is False); "
+    assert proc.stderr == (f"{PROG}: error: no CUDA device: timing needs a GPU (torch.cuda.is_available() is False); "
                            "--build-only builds without one\n")
     assert not (tmp_path / "out").exists()
 
@@ -135,7 +128,7 @@ def test_build_a_revision(tmp_path):
     lib = tmp_path / "build" / "head" / "libtrt_gn_kernels.so"
     assert proc.stdout.splitlines()[-1] == f"head: {lib}"
     assert (tmp_path / "src" / "head" / "plugin_src" / "CMakeLists.txt").is_file()
-    header = (SCRIPT.parents[1] / "plugin_src" / "include" / "trt_gn" / "group_norm.h").read_text()
+    header = (ROOT / "plugin_src" / "include" / "trt_gn" / "group_norm.h").read_text()
     abi = int(header.split("#define TRTGN_ABI_VERSION")[1].split()[0])
     assert ctypes.CDLL(str(lib)).trtgn_abi_version() == abi
 

@@ -6,14 +6,13 @@ import csv
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-from trt_gn import bench, compile_check
+from trt_gn.lab import bench, compile_check
 from trt_gn.cli import SUBCOMMAND_MODULES, build_parser, main
-from trt_gn.shapes import SHAPES, select_shapes
+from trt_gn.lab.shapes import SHAPES, select_shapes
 
 
 def test_shape_list_is_the_issues():
@@ -399,21 +398,22 @@ def test_host_overhead_steps_without_a_gpu():
 
 
 def test_host_overhead_script_errors(tmp_path):
-    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_host_overhead.py"
+    from cli_helpers import cli_env
 
     def run(*args):
-        return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "trt_gn.lab.host_overhead", *args], capture_output=True,
+                              text=True, cwd=tmp_path, env=cli_env())
 
     proc = run("--shape", "1,30,8,8")
     assert proc.returncode == 2 and proc.stderr.splitlines()[-1] == (
-        "bench_host_overhead.py: error: argument --shape: '1,30,8,8': expected N,C,H,W, positive, C a multiple of "
+        "python -m trt_gn.lab.host_overhead: error: argument --shape: '1,30,8,8': expected N,C,H,W, positive, C a multiple of "
         "32 (32 groups)")
     proc = run("--rounds", "0", "--out", str(tmp_path / "h.csv"))
     assert proc.returncode == 2
-    assert proc.stderr == "bench_host_overhead.py: error: calls and rounds must be >= 1, got 2000 and 0\n"
+    assert proc.stderr == "python -m trt_gn.lab.host_overhead: error: calls and rounds must be >= 1, got 2000 and 0\n"
     if not torch.cuda.is_available():
         proc = run("--out", str(tmp_path / "h.csv"))
         assert proc.returncode == 3 and proc.stderr == (
-            "bench_host_overhead.py: error: no CUDA device: the benchmark needs a GPU "
+            "python -m trt_gn.lab.host_overhead: error: no CUDA device: the benchmark needs a GPU "
             "(torch.cuda.is_available() is False)\n")
     assert list(tmp_path.iterdir()) == []

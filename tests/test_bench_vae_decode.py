@@ -1,4 +1,4 @@
-"""export/bench_vae_decode.py without a GPU: its options, and every variant of its flow (model
+"""python -m trt_gn.lab.vae_decode without a GPU: its options, and every variant of its flow (model
 building, the trt_gn swap, the checked compiles, the image differences, table and CSV) on the tiny
 diffusers VAE decoder on the CPU, compiled with dynamo's eager backend (the GPU run uses Inductor;
 aot_eager trips over the CPU's native_group_norm, which Inductor decomposes)."""
@@ -6,7 +6,6 @@ aot_eager trips over the CPU's native_group_norm, which Inductor decomposes)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,25 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "export" / "bench_vae_decode.py"
+from trt_gn.lab import vae_decode as vae
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_vae_decode", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    path = list(sys.path)  # the script puts the checkout first on sys.path; the tests keep the trt_gn they import
-    sys.modules[spec.name] = module  # for its dataclasses
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = path
-    return module
+def run(*args, cwd):
+    from cli_helpers import cli_env
+
+    return subprocess.run([sys.executable, "-m", "trt_gn.lab.vae_decode", *args], capture_output=True, text=True,
+                          cwd=cwd, env=cli_env())
 
 
-vae = _load()
-
-
-def test_options():
+def test_options(tmp_path):
     args = vae.parse_args([])
     assert args.resolutions == [512, 1024] and args.compile is True and args.iters == 20 and args.out is None
     args = vae.parse_args(["--resolutions", "1024", "--no-compile", "--iters", "5", "--out", "x.csv"])
@@ -41,16 +32,16 @@ def test_options():
     for bad, message in ((["--resolutions", "768"], "[768] not among [512, 1024]"),
                          (["--resolutions", "big"], "integers expected"),
                          (["--iters", "4"], "--iters must be >= 5")):
-        proc = subprocess.run([sys.executable, str(SCRIPT), *bad], capture_output=True, text=True)
+        proc = run(*bad, cwd=tmp_path)
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
 
 
-def test_without_gpu_is_one_clear_line():
+def test_without_gpu_is_one_clear_line(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert proc.stderr == "error: no CUDA device; this benchmark needs a GPU (H100/H200)\n" and proc.stdout == ""
+    proc = run(cwd=tmp_path)
+    assert proc.returncode == 3
+    assert proc.stderr == "python -m trt_gn.lab.vae_decode: error: no CUDA device; this benchmark needs a GPU (H100/H200)\n" and proc.stdout == ""
 
 
 def test_every_variant_on_the_tiny_decoder(tmp_path):

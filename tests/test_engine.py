@@ -171,7 +171,7 @@ def test_check_build_arguments_accepts_good_input(model, plugin, tmp_path):
     ("missing", "does not exist"),
     ("extension", "does not end in .onnx"),
     ("plan_extension", "must end in .plan or .engine"),
-    ("no_folder", "engine folder"),
+    ("no_folder", "/missing/out.plan: folder "),
     ("not_onnx", "is not a readable ONNX model"),
     ("lean_without_vc", "--exclude-lean-runtime only applies to version-compatible plans"),
     ("no_plugin", "plugin library"),

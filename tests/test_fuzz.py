@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from trt_gn import fuzz
+from trt_gn.lab import fuzz
 
 
 def test_drawn_cases_stay_in_the_accepted_space_and_reach_every_region():
@@ -51,39 +51,40 @@ def test_parse_case_rejects_bad_specs(text, message):
         fuzz.parse_case(text)
 
 
-def run(*args):
+def python_m(module, *args):
     # From a folder without trt_gn, with the package under test on PYTHONPATH (as test_cli does).
-    from test_cli import cli_env
+    from cli_helpers import cli_env
 
-    return subprocess.run([sys.executable, "-m", "trt_gn.fuzz", *args], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=120,
                           cwd=tempfile.gettempdir(), env=cli_env())
+
+
+def run(*args):
+    return python_m("trt_gn.lab.fuzz", *args)
 
 
 def test_command_line_errors():
     r = run("--case", "1,2,3")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("python -m trt_gn.fuzz: error: --case: a case has 13 or 14 comma-separated fields")
+    assert r.stderr.startswith("python -m trt_gn.lab.fuzz: error: --case: a case has 13 or 14 comma-separated fields")
     r = run("--max-elements", "100")
     assert r.returncode == 2 and r.stderr.strip() == (
-        "python -m trt_gn.fuzz: error: --cases and --show must be >= 0, --max-elements >= 4096")
+        "python -m trt_gn.lab.fuzz: error: --cases and --show must be >= 0, --max-elements >= 4096")
     assert "--min-per-path" in run("--help").stdout
     r = run("--plans-only")
-    assert r.returncode == 2 and r.stderr.strip() == "python -m trt_gn.fuzz: error: --plans-only needs --plans CSV"
+    assert r.returncode == 2 and r.stderr.strip() == "python -m trt_gn.lab.fuzz: error: --plans-only needs --plans CSV"
 
 
 def test_compare_plans(tmp_path):
     """Two builds' dumps compared case by case, on the keys both have."""
-    from pathlib import Path
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "compare_plans.py"
     old, new, other = tmp_path / "old.csv", tmp_path / "new.csv", tmp_path / "other.csv"
     old.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=two-pass vec=1,ok\n")
     new.write_text("case,plan,result\na,path=clusters vec=8 workspace=0 why=clusters: estimate 3218 under 8250,ok\n"
                    "b,path=two-pass vec=1 workspace=9,ok\n")
     other.write_text("case,plan,result\na,path=clusters vec=8,ok\nb,path=on-chip-grid vec=8,ok\n")
-    same = subprocess.run([sys.executable, str(script), str(old), str(new)], capture_output=True, text=True)
+    same = python_m("trt_gn.lab.compare_plans", str(old), str(new))
     assert same.returncode == 0 and same.stdout == "2 cases, 0 plans differ\n"
-    differ = subprocess.run([sys.executable, str(script), str(old), str(other)], capture_output=True, text=True)
+    differ = python_m("trt_gn.lab.compare_plans", str(old), str(other))
     assert differ.returncode == 1
     assert differ.stdout == "b\n  old: path=two-pass vec=1\n  new: path=on-chip-grid vec=8\n2 cases, 1 plans differ\n"
 
@@ -94,8 +95,18 @@ def test_without_gpu_says_so():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: tests/gpu/test_gpu_fuzz.py runs the cases")
     r = run("--cases", "3")
-    assert r.returncode == 2
-    assert r.stderr.strip() == "python -m trt_gn.fuzz: error: no CUDA device (torch.cuda.is_available() is False)"
+    assert r.returncode == 3
+    no_gpu = "error: no CUDA device (torch.cuda.is_available() is False)\n  hint: run it on a machine with a CUDA GPU\n"
+    assert r.returncode == 3 and r.stderr == f"python -m trt_gn.lab.fuzz: {no_gpu}"
+    r = python_m("trt_gn.cli", "fuzz", "--cases", "3")  # trt-gn fuzz: the same run, the same contract
+    assert r.returncode == 3 and r.stderr == f"trt-gn fuzz: {no_gpu}"
+
+
+def test_cli_fuzz_options():
+    """`trt-gn fuzz` takes the options of python -m trt_gn.lab.fuzz and reports in the CLI's format."""
+    r = python_m("trt_gn.cli", "fuzz", "--plans-only")
+    assert r.returncode == 2 and r.stderr == "trt-gn fuzz: error: --plans-only needs --plans CSV\n"
+    assert "--min-per-path" in python_m("trt_gn.cli", "fuzz", "--help").stdout
 
 
 def test_coverage_gaps_name_each_missing_cell():

@@ -80,6 +80,9 @@ def test_bad_construction_and_input():
         GroupNormAct(4, 10)
     with pytest.raises(ValueError, match="unknown activation 'relu'"):
         GroupNormAct(4, 8, activation="relu")
+    for eps in (-1e-5, float("inf"), float("nan")):  # refused when built, as the op refuses it when run
+        with pytest.raises(ValueError, match=rf"^eps must be finite and >= 0, got {eps}$"):
+            GroupNormAct(4, 8, eps=eps)
     with pytest.raises(ValueError, match=r"expected 8 channels, got input of shape \(1, 4, 2, 2\)"):
         GroupNormAct(4, 8)(torch.zeros(1, 4, 2, 2))
     with pytest.raises(ValueError, match="x must be 4-D"):

@@ -15,7 +15,7 @@ import torch
 
 pytest.importorskip("diffusers", reason="diffusers is not installed (pip install diffusers)")
 
-from test_cli import run_cli, snapshot  # noqa: E402  (tests/ is on sys.path)
+from cli_helpers import run_cli, snapshot  # noqa: E402  (tests/ is on sys.path)
 
 from trt_gn import pipeline, spec  # noqa: E402
 

@@ -41,3 +41,20 @@ def test_planner_on_described_devices(tmp_path):
     for device in ("8.9 GPU", "H100, build without sm_90"):
         counts = next(line for line in lines if line.startswith(f"{device}: "))
         assert "on-chip grid 0, streaming grid 0," in counts, counts
+
+
+def test_path_names_have_one_table():
+    """The names trtgn_describe_plan writes (pathName in group_norm_plan.cpp) are trt_gn._lib.PATHS, in
+    order, and the lab's tools take theirs from it."""
+    import re
+
+    from trt_gn import _lib
+    from trt_gn.lab import bench, fuzz
+
+    source = (ROOT / "plugin_src" / "kernels" / "group_norm_plan.cpp").read_text()
+    body = source[source.index("const char* pathName(Path p)"):]
+    body = body[:body.index("\n}\n")]
+    assert tuple(re.findall(r'case Path::k\w+: return "([a-z-]+)";', body)) == _lib.PATHS
+    assert fuzz.PATHS is _lib.PATHS
+    assert {bench.plan_summary({"path": p, "cluster": 2, "vpt": 4, "slices": 1, "vec": 8}) for p in _lib.PATHS} == {
+        "clusters of 2, 4 vec/thread", "on-chip grid", "streaming grid", "two passes, vec 8"}

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import spec
+from . import errors, spec
 
 NAME = "trt_gn_torch_op"
 CFLAGS = ("-O2", "-DNDEBUG")
@@ -37,8 +37,10 @@ HEADER_DIRS = (_PACKAGE_DIR / "include", _PACKAGE_DIR.parent / "plugin_src" / "i
 HEADER = Path("trt_gn") / "group_norm.h"
 
 
-class CppOpError(RuntimeError):
-    """The C++ op could not be built, loaded or registered; the message says why."""
+class CppOpError(errors.Error, RuntimeError):
+    """The C++ op could not be built, loaded or registered; the message says why (exit 1)."""
+
+    exit_code = errors.EXIT_FAILED
 
 
 def header_dir() -> Path:

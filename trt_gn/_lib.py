@@ -18,11 +18,11 @@ import os
 import threading
 from pathlib import Path
 
-from . import spec
+from . import errors, spec
 
 ABI_VERSION = 3  # TRTGN_ABI_VERSION this binding mirrors
 # Versions only add functions: a library of an older one back to this loads, without the newer calls
-# (scripts/ab_kernels.py times earlier revisions through this binding).
+# (trt_gn/lab/ab.py times earlier revisions through this binding).
 MIN_ABI_VERSION = 2
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
@@ -87,8 +87,20 @@ class Params(ctypes.Structure):
         return f"Params({fields})"
 
 
-class TrtGnError(RuntimeError):
-    """A call of the kernels library returned an error status."""
+# The exit code of a kernels library status: the caller's input (a bad argument, a case the library
+# does not support, a workspace it sized too small) is bad input; a CUDA error is a failure.
+EXIT_CODE_BY_STATUS = {
+    Status.INVALID_ARGUMENT: errors.EXIT_BAD_INPUT,
+    Status.NOT_SUPPORTED: errors.EXIT_BAD_INPUT,
+    Status.WORKSPACE_TOO_SMALL: errors.EXIT_BAD_INPUT,
+    Status.CUDA_ERROR: errors.EXIT_FAILED,
+}
+
+
+class TrtGnError(errors.Error, RuntimeError):
+    """A call of the kernels library returned an error status: ``status`` and ``status_name``, the
+    library's own ``message``; its text is ``<status name>: <message>``; the exit code follows from
+    the status (EXIT_CODE_BY_STATUS)."""
 
     def __init__(self, status: int, message: str):
         self.status = int(status)
@@ -96,11 +108,18 @@ class TrtGnError(RuntimeError):
             self.status_name = f"TRTGN_STATUS_{Status(self.status).name}"
         except ValueError:
             self.status_name = f"TRTGN_STATUS_<unknown {self.status}>"
-        self.message = message
-        super().__init__(f"{self.status_name}: {message}")
+        super().__init__(message, exit_code=EXIT_CODE_BY_STATUS.get(self.status, errors.EXIT_FAILED))
+        self.args = (f"{self.status_name}: {self.message}",)
 
 
-class LibraryNotFoundError(FileNotFoundError):
+class LibraryError(errors.Error, OSError):
+    """A native library is missing, does not load, or has an ABI this binding does not know: something
+    needed is missing here (exit 3)."""
+
+    exit_code = errors.EXIT_MISSING
+
+
+class LibraryNotFoundError(LibraryError, FileNotFoundError):
     """The native library is in none of the places looked in."""
 
 
@@ -129,7 +148,6 @@ def _find(env: str, file_name: str, build_subdir: str, what: str, hint: str) -> 
         f"(and {env} is not set); {hint}, or set {env} to its path"
     )
     error.looked_in = candidates  # for messages of their own (trt_gn.engine.plugin_path)
-    error.hint = hint
     raise error
 
 
@@ -178,7 +196,10 @@ def load() -> ctypes.CDLL:
         if _lib is not None:
             return _lib
         path = find_kernels_library()
-        lib = ctypes.CDLL(str(path))
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise LibraryError(f"{path} does not load: {errors.first_line(exc)}", KERNELS_BUILD_HINT) from exc
         params_p = ctypes.POINTER(Params)
         size_p = ctypes.POINTER(ctypes.c_size_t)
         lib.trtgn_workspace_size.argtypes = [params_p, size_p]
@@ -195,7 +216,7 @@ def load() -> ctypes.CDLL:
         lib.trtgn_abi_version.restype = ctypes.c_int
         version = lib.trtgn_abi_version()
         if not MIN_ABI_VERSION <= version <= ABI_VERSION:
-            raise ImportError(
+            raise LibraryError(
                 f"{path} has ABI version {version}, this trt_gn expects {ABI_VERSION}: rebuild the library"
             )
         if version >= 3:
@@ -216,7 +237,7 @@ def is_available() -> bool:
     """True when the kernels library can be found and loaded."""
     try:
         load()
-    except (LibraryNotFoundError, OSError, ImportError):
+    except LibraryError:
         return False
     return True
 

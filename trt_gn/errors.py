@@ -1,19 +1,23 @@
-"""The one error type of trt_gn's tools and the one exit-code map of every `trt-gn` subcommand.
+"""The one error type of trt_gn and the one exit-code map of every `trt-gn` subcommand.
 
-Every error a user can act on is an :class:`Error`: a one-line ``message`` that names the file or
+Every error a user can see is an :class:`Error` (the kernels library's TrtGnError and
+LibraryNotFoundError included): a one-line ``message`` that names the file or
 flag, an optional ``hint`` saying what to do, and the ``exit_code`` the CLI ends with. The CLI
 prints it as
 
     trt-gn <command>: error: <message>
       hint: <hint>
 
-Exit codes (README, "Exit codes"):
+Exit codes (README, "Errors and exit codes"):
 
     0    done; every check that ran passed
     1    failed: a check failed, or the work itself failed (TensorRT, onnxruntime, torch, a write)
     2    bad arguments or input (missing, unreadable or invalid file; unwritable output)
     3    something needed is missing here (TensorRT, a CUDA GPU, a native library, diffusers)
     130  interrupted
+
+An error status of the kernels library maps onto it (trt_gn._lib.EXIT_CODE_BY_STATUS): invalid
+argument or not supported 2, a CUDA error 1; a missing or unloadable library is 3.
 """
 
 from __future__ import annotations
@@ -23,14 +27,6 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_MISSING = 3
 EXIT_INTERRUPTED = 130
-
-EXIT_CODES = {
-    EXIT_OK: "done; every check that ran passed",
-    EXIT_FAILED: "failed: a check failed, or the work itself failed (TensorRT, onnxruntime, torch, a write)",
-    EXIT_BAD_INPUT: "bad arguments or input (missing, unreadable or invalid file; unwritable output)",
-    EXIT_MISSING: "something needed is missing here (TensorRT, a CUDA GPU, a native library, diffusers)",
-    EXIT_INTERRUPTED: "interrupted",
-}
 
 
 class Error(Exception):

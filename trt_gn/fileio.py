@@ -128,14 +128,21 @@ def output_file_problem(path: str | os.PathLike, example: str = "model.onnx") ->
     return None
 
 
-def output_folder_problem(path: str | os.PathLike) -> str | None:
-    """None if a folder can be made (or filled) at `path`, its missing parents included (checked
-    before any work), else why not, as the text that follows "<path>: " in a message."""
+def output_folder_problem(path: str | os.PathLike, *, parents: bool = True, replace: bool = False) -> str | None:
+    """None if a folder can be made (or filled) at `path` (checked before any work), else why not, as
+    the text that follows "<path>: " in a message. The one output-folder check of every command.
+
+    parents: missing parent folders are made too (False: the parent must exist). replace: the folder
+    is staged beside `path` and renamed over it (publish_folder), so its parent must take new entries,
+    not the folder itself."""
     path = Path(path)
     kind = file_kind(path)
     if kind not in (None, "folder"):
         return "exists and is not a folder"
-    existing = next(p for p in (path, *path.absolute().parents) if p.exists())
+    if not parents and not folder_of(path).is_dir():
+        return f"its parent {folder_of(path)} does not exist or is not a folder"
+    start = folder_of(path) if replace else path
+    existing = next(p for p in (start, *start.absolute().parents) if p.exists())
     if file_kind(existing) != "folder":
         return f"{existing} is not a folder"
     problem = writable_folder_problem(existing)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -31,6 +33,8 @@ class GroupNormAct(nn.Module):
         super().__init__()
         if num_groups <= 0 or num_channels % num_groups != 0:
             raise ValueError(f"num_channels={num_channels} must be divisible by num_groups={num_groups} (> 0)")
+        if not (eps >= 0.0 and math.isfinite(eps)):  # as the op checks it (ops.check_inputs)
+            raise ValueError(f"eps must be finite and >= 0, got {eps}")
         if activation not in spec.ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; expected one of {spec.ACTIVATIONS}")
         self.num_groups = num_groups

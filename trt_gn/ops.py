@@ -196,6 +196,8 @@ _private.impl("_group_norm_act_check", _check_arguments, "CompositeExplicitAutog
 _private.impl("_group_norm_act_failed", _raise_kernels_error, "CompositeExplicitAutograd")
 
 
+# The dtype names of the tools and options (fp32, fp16, bf16) -> torch dtypes: the one such map.
+DTYPE_BY_NAME = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
 
 

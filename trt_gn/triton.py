@@ -361,15 +361,11 @@ def _check_common(repo: Path, model_name: str, options: RepositoryOptions) -> No
     if options.max_batch_size is not None and not 0 <= options.max_batch_size <= MAX_BATCH_SIZE_LIMIT:
         raise RepositoryError(f"--max-batch-size must be in 0..{MAX_BATCH_SIZE_LIMIT} (Triton's int32), "
                               f"got {options.max_batch_size}")
-    repo_parent = fileio.folder_of(repo)
-    if repo.exists() and not repo.is_dir():
-        raise RepositoryError(f"model repository {repo} exists and is not a folder")
-    if not repo.exists() and not repo_parent.is_dir():
-        raise RepositoryError(f"folder {repo_parent} does not exist", f"create it: mkdir -p {repo_parent}")
-    writable_dir = repo if repo.is_dir() else repo_parent
-    problem = fileio.writable_folder_problem(writable_dir)
+    problem = fileio.output_folder_problem(repo, parents=False)  # the model folder is staged inside it
     if problem:
-        raise RepositoryError(f"{writable_dir} {problem}", "choose a writable model repository")
+        hint = f"create it: mkdir -p {fileio.folder_of(repo)}" if "parent" in problem else \
+            "choose a writable model repository"
+        raise RepositoryError(f"model repository {repo}: {problem}", hint)
     target = repo / model_name
     if target.exists() and not options.overwrite:
         raise RepositoryError(f"{target} already exists", "pass --overwrite to replace it")

@@ -693,9 +693,9 @@ const void* clusterKernel(ClusterKernel k, int vpt) {
 cudaError_t launchClusters(const Plan& plan, cudaStream_t stream) {
     const ClusterPlan& c = plan.clusters;
     const trtgn_dtype_t dtype = plan.problem.dtype;
-    const void* kernel = dtype == TRTGN_DTYPE_FLOAT32   ? clusterKernel<float>(c.kernel, c.vpt)
-                         : dtype == TRTGN_DTYPE_FLOAT16 ? clusterKernel<__half>(c.kernel, c.vpt)
-                                                        : clusterKernel<__nv_bfloat16>(c.kernel, c.vpt);
+    const void* kernel = dispatchDtype(dtype, static_cast<const void*>(nullptr), [&](auto t) {
+        return clusterKernel<typename decltype(t)::type>(c.kernel, c.vpt);
+    });
     if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(plan.gridX), unsigned(plan.gridY), 1);

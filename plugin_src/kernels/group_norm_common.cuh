@@ -25,6 +25,20 @@ template <> __device__ __forceinline__ float fromFloat<float>(float v) { return 
 template <> __device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// The one dispatch of the ABI's dtype onto the kernels' element type: f(DtypeTag<T>{}) for the
+// dtype's T, `otherwise` for a value outside the enum (the ABI rejects those before any launch).
+template <typename T> struct DtypeTag { using type = T; };
+
+template <typename R, typename F>
+inline R dispatchDtype(trtgn_dtype_t dtype, R otherwise, F&& f) {
+    switch (dtype) {
+        case TRTGN_DTYPE_FLOAT32: return f(DtypeTag<float>{});
+        case TRTGN_DTYPE_FLOAT16: return f(DtypeTag<__half>{});
+        case TRTGN_DTYPE_BFLOAT16: return f(DtypeTag<__nv_bfloat16>{});
+    }
+    return otherwise;
+}
+
 // Elements in one 16-byte access.
 template <typename T> constexpr int kVec16 = 16 / int(sizeof(T));
 template <typename T> constexpr bool kIsBf16 = std::is_same_v<T, __nv_bfloat16>;

@@ -1057,12 +1057,8 @@ bool encodeSlicesMap(const Plan& plan, CUtensorMap* map) {
 }  // namespace
 
 const void* gridKernel(GridKernel k, trtgn_dtype_t dtype) {
-    switch (dtype) {
-        case TRTGN_DTYPE_FLOAT32: return gridKernelT<float>(k);
-        case TRTGN_DTYPE_FLOAT16: return gridKernelT<__half>(k);
-        case TRTGN_DTYPE_BFLOAT16: return gridKernelT<__nv_bfloat16>(k);
-    }
-    return nullptr;
+    return dispatchDtype(dtype, static_cast<const void*>(nullptr),
+                         [&](auto t) { return gridKernelT<typename decltype(t)::type>(k); });
 }
 
 bool tensorMapsAvailable() { return tensorMapEncoder() != nullptr; }

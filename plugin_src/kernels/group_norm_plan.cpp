@@ -337,7 +337,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
 // are of a few groups, and after the grid barrier it reads its slice's
 // groups' partials, from 1/slices of the blocks. The rule takes the most
 // slices of 64-128 channels whose rows are whole 32-byte sectors, at most
-// 128 KB a block, 16 bits only (where it was measured; see HISTORY.md for
+// 128 KB a block, 16 bits only (where it was measured; see docs/lab/HISTORY.md for
 // what lost). Returns log2 of the slices an image (0: whole pixels) and sets
 // pieceLen. 2-D bulk copies need boxes of at most 256 rows and 256
 // channels, rows of 16-byte multiples and 128-byte aligned destinations.

@@ -477,21 +477,14 @@ cudaError_t launchTwoPassT(const Plan& plan, void* workspace, cudaStream_t strea
 }  // namespace
 
 const void* applyKernel(ApplyKernel k, int vec, trtgn_dtype_t dtype) {
-    switch (dtype) {
-        case TRTGN_DTYPE_FLOAT32: return applyKernelT<float>(k, vec);
-        case TRTGN_DTYPE_FLOAT16: return applyKernelT<__half>(k, vec);
-        case TRTGN_DTYPE_BFLOAT16: return applyKernelT<__nv_bfloat16>(k, vec);
-    }
-    return nullptr;
+    return dispatchDtype(dtype, static_cast<const void*>(nullptr),
+                         [&](auto t) { return applyKernelT<typename decltype(t)::type>(k, vec); });
 }
 
 cudaError_t launchTwoPass(const Plan& plan, void* workspace, cudaStream_t stream) {
-    switch (plan.problem.dtype) {
-        case TRTGN_DTYPE_FLOAT32: return launchTwoPassT<float>(plan, workspace, stream);
-        case TRTGN_DTYPE_FLOAT16: return launchTwoPassT<__half>(plan, workspace, stream);
-        case TRTGN_DTYPE_BFLOAT16: return launchTwoPassT<__nv_bfloat16>(plan, workspace, stream);
-    }
-    return cudaErrorInvalidValue;
+    return dispatchDtype(plan.problem.dtype, cudaErrorInvalidValue, [&](auto t) {
+        return launchTwoPassT<typename decltype(t)::type>(plan, workspace, stream);
+    });
 }
 
 }  // namespace trtgn

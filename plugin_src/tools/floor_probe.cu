@@ -115,7 +115,7 @@ struct Shape {
 }  // namespace
 
 int main() {
-    // The benchmark's shape list (trt_gn/shapes.py), G = 32.
+    // The benchmark's shape list (trt_gn/lab/shapes.py), G = 32.
     const Shape shapes[] = {{"sd15-unet-320x64", 2, 320, 64, 64, 1e-5f},  {"sd15-unet-640x32", 2, 640, 32, 32, 1e-5f},
                             {"sd15-unet-1280x16", 2, 1280, 16, 16, 1e-5f}, {"sd15-unet-1280x8", 2, 1280, 8, 8, 1e-5f},
                             {"sd15-unet-2560x8", 2, 2560, 8, 8, 1e-5f},   {"sdxl-unet-320x128", 2, 320, 128, 128, 1e-5f},

@@ -5,7 +5,7 @@
     (likewise synccheck and initcheck; --no-fuzz leaves out the per-path sample below, --no-large
 the SDXL VAE decoder's shape, for racecheck's time)
 
-Then one random case of trt_gn.fuzz for every path x dtype x layout (the first of a fixed seed's
+Then one random case of trt_gn.lab.fuzz for every path x dtype x layout (the first of a fixed seed's
 draws that the plan puts there, at most 2^24 elements), and padded NHWC channel strides with C
 not a multiple of the vector width through the raw ABI.
 
@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_helpers import affine_for, launch, params_for, poison_, run_raw  # noqa: E402
 
-from trt_gn import fuzz  # noqa: E402
+from trt_gn.lab import fuzz  # noqa: E402
 from trt_gn.reference import assert_close, group_norm_act_reference  # noqa: E402
 
 CASES = [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((2, 1280, 8, 8), 32), ((1, 64, 160, 160), 32),

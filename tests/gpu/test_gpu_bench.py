@@ -1,5 +1,5 @@
 """`trt-gn bench` end to end on one small shape (the full run is `trt-gn bench`, see README), and
-scripts/ab_kernels.py on the same shape."""
+python -m trt_gn.lab.ab on the same shape."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from gpu_helpers import GPU
 
-from trt_gn import _lib, bench
+from trt_gn import _lib
+from trt_gn.lab import bench
 from trt_gn.cli import main
 
 pytestmark = GPU
@@ -65,13 +66,13 @@ def test_bench_without_compile(tmp_path, capsys):
 
 
 def test_ab_kernels_two_variants(tmp_path):
-    """scripts/ab_kernels.py alternates two variants (here the loaded library under two names) and
+    """python -m trt_gn.lab.ab alternates two variants (here the loaded library under two names) and
     checks each output against the reference."""
-    script = Path(__file__).resolve().parents[2] / "scripts" / "ab_kernels.py"
     lib = _lib.library_path()
-    proc = subprocess.run([sys.executable, str(script), "--variant", f"a={lib}", "--variant", f"b={lib}",
+    proc = subprocess.run([sys.executable, "-m", "trt_gn.lab.ab", "--variant", f"a={lib}", "--variant", f"b={lib}",
                            "--shapes", "sd15-unet-1280x8", "--layouts", "nhwc", "--rounds", "2",
-                           "--out", str(tmp_path)], capture_output=True, text=True)
+                           "--out", str(tmp_path)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "ab.csv") as f:
         rows = list(csv.DictReader(f))

@@ -1,4 +1,4 @@
-"""Property tests over the whole accepted input space (trt_gn.fuzz's cases, drawn by hypothesis):
+"""Property tests over the whole accepted input space (trt_gn.lab.fuzz's cases, drawn by hypothesis):
 any N <= 64, H, W <= 512, C <= 4096, G any divisor of C, every dtype, layout, affine kind,
 activation, eps (0 included), input scale and offset, one NaN or Inf now and then. Each case is
 checked against the float64 reference, and records the path it ran (trtgn_describe_plan): the
@@ -13,7 +13,7 @@ from gpu_helpers import GPU
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trt_gn import fuzz
+from trt_gn.lab import fuzz
 
 pytestmark = GPU
 
@@ -39,7 +39,7 @@ class HypothesisPick:
         return self.data.draw(st.floats(0.0, 1.0, exclude_max=True))
 
 
-# Each aim spreads its cases over one path's region of the input space (trt_gn.fuzz.draw_case);
+# Each aim spreads its cases over one path's region of the input space (trt_gn.lab.fuzz.draw_case);
 # "any" draws from all of it. The path is what the library's plan says, whatever the aim.
 @pytest.mark.parametrize("aim", fuzz.AIMS)
 @pytest.mark.parametrize("layout", fuzz.LAYOUTS)
@@ -52,7 +52,7 @@ def test_random_cases(dtype, layout, aim, data):
     plan, message = fuzz.run_case(case)
     RAN[(plan["path"], dtype, layout)] += 1
     CELLS_RUN.add((dtype, layout))
-    assert message is None, f"python -m trt_gn.fuzz --case '{case.spec()}' [{plan['path']} {plan['kernel']}]: {message}"
+    assert message is None, f"trt-gn fuzz --case '{case.spec()}' [{plan['path']} {plan['kernel']}]: {message}"
 
 
 @pytest.mark.parametrize("layout", fuzz.LAYOUTS)

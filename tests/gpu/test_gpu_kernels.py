@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trt_gn.reference import assert_close, group_norm_act_reference
-from trt_gn.shapes import SHAPES
+from trt_gn.lab.shapes import SHAPES
 
 pytestmark = GPU
 

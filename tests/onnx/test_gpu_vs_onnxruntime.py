@@ -1,5 +1,5 @@
 """On a GPU: the CUDA kernel (through the swapped PyTorch model) against onnxruntime's output of
-the unfused ONNX model of the same tiny VAE decoder, for fp32/fp16/bf16 inputs (issue 4, point 4)."""
+the unfused ONNX model of the same tiny VAE decoder, for fp32/fp16/bf16 inputs."""
 
 from __future__ import annotations
 

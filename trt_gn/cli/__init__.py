@@ -21,7 +21,7 @@ from .. import errors
 from ._errors import print_error
 
 # Every subcommand module, in --help order; a module listed here that fails to import is an error.
-SUBCOMMAND_MODULES = ("pipeline", "bench", "build", "triton", "serve", "export", "fuse", "validate")
+SUBCOMMAND_MODULES = ("pipeline", "bench", "fuzz", "build", "triton", "serve", "export", "fuse", "validate")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -28,8 +28,8 @@ or would have run eager; 3 no CUDA GPU or no kernels library; 130 interrupted.""
 
 
 def register(subparsers) -> None:
-    from ..bench import DTYPES, LAYOUTS, MIN_REPLAYS, ROUNDS
-    from ..shapes import SHAPES
+    from ..lab.bench import DTYPES, LAYOUTS, MIN_REPLAYS, ROUNDS
+    from ..lab.shapes import SHAPES
 
     p = subparsers.add_parser(
         "bench",
@@ -58,7 +58,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from .. import fileio
-    from ..bench import main
+    from ..lab.bench import main
     from ..errors import Error
 
     # The output folder is written after minutes of timing: check first that it can be.

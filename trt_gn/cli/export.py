@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     p.add_argument("output", help="ONNX file to write")
     p.add_argument("--dtype", choices=("fp32", "fp16"), default="fp32")
     p.add_argument("--weights", help="local diffusers model folder or .safetensors/.bin state dict")
-    p.add_argument("--opset", type=int, default=18, help="ai.onnx opset, 18 or later (default: 18)")
+    p.add_argument("--opset", type=int, default=18, help="ai.onnx opset, 17 or later (default: 18)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="seed of the random weights (>= 0; default: 0)")
     p.add_argument("--bare", action="store_true", help="no model-local function (TensorRT < 10.7)")
     p.add_argument("--no-swap", action="store_true", help="keep nn.GroupNorm (plain export, for `trt-gn fuse`)")
@@ -42,7 +42,8 @@ def run(args) -> int:
     from ..errors import EXIT_MISSING, Error
     from ..onnx import export, recipes
     from ..onnx.io import check_output_path
-    from ..pipeline import check_weights, group_norm_calls, quiet
+    from ..onnx.weights import check_weights
+    from ..pipeline import group_norm_calls, quiet
     from ..swap import swap_group_norms
 
     # Everything that can be checked before the model is built (the export takes minutes on SD models).

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
     p.add_argument("input", help="ONNX model to read (never modified)")
     p.add_argument("output", help="ONNX model to write")
     p.add_argument("--bare", action="store_true", help="write bare custom nodes, no model-local function")
-    p.add_argument("--quiet", action="store_true", help="print only the one-line summary")
+    p.add_argument("--quiet", action="store_true", help="print one line: the summary and the file written")
     p.set_defaults(func=run)
 
 
@@ -37,10 +37,8 @@ def run(args) -> int:
 
     with progress_bar(not args.quiet) as progress:
         report = fusion.fuse_file(args.input, args.output, function=not args.bare, progress=progress)
+    wrote = (f"nothing to fuse: wrote an unchanged copy to {args.output}" if report.copied_unchanged
+             else f"wrote {args.output}")
     summary = report.summary()
-    print(summary.splitlines()[0] if args.quiet else summary)
-    if report.copied_unchanged:
-        print(f"nothing to fuse: wrote an unchanged copy to {args.output}")
-    else:
-        print(f"wrote {args.output}")
+    print(f"{summary.splitlines()[0]}; {wrote}" if args.quiet else f"{summary}\n{wrote}")
     return 0

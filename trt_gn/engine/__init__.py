@@ -25,7 +25,8 @@ The modules, by job (this package re-exports their public names):
 
 - ``profiles``: shape ranges and the optimisation profile (no TensorRT needed)
 - ``build``: build options, the checks before a build, the progress monitor, ``build_engine``
-- ``io``: inputs and outputs of ONNX models and plans, the plugin library's path, file checks and writes
+- ``tensors``: the inputs and outputs of ONNX models and plans (TensorSpec, EngineIO)
+- ``files``: the plan's suffixes, the output-file check, the atomic writer, the plugin library's path
 - ``loader``: importing TensorRT / TensorRT-RTX (errors, install hints, the TensorRT-RTX loader
   folder) and the process's one logger
 """
@@ -33,8 +34,8 @@ The modules, by job (this package re-exports their public names):
 from .build import (BUILDERS, DEFAULT_WORKSPACE_BYTES, PRECISIONS, RTX_DEFAULT_TARGETS, BuildOptions, BuildResult,
                     PhaseProgress, build_engine, check_build_arguments, count_plugin_layers, count_plugin_nodes,
                     parse_target_cc, rtx_compute_capability)
-from .io import (PLAN_SUFFIXES, EngineIO, TensorSpec, check_writable_file, plugin_path, read_engine_io, read_onnx_io,
-                 write_atomic)
+from .files import PLAN_SUFFIXES, check_writable_file, plugin_path, write_atomic
+from .tensors import EngineIO, TensorSpec, read_engine_io, read_onnx_io
 from .loader import (CACHE_DIR_ENV, TENSORRT_INSTALL_HINT, TENSORRT_RTX_INSTALL_HINT, EngineBuildError,
                      TensorRTNotInstalledError, UnsupportedTargetError, cache_dir, import_tensorrt,
                      import_tensorrt_rtx, last_error, make_logger, prepare_tensorrt_rtx_loader)

@@ -13,7 +13,8 @@ from typing import Sequence
 
 from .. import spec
 from ..errors import EXIT_FAILED
-from .io import PLAN_SUFFIXES, check_writable_file, plugin_path, read_onnx_io, write_atomic
+from .files import PLAN_SUFFIXES, check_writable_file, plugin_path, write_atomic
+from .tensors import read_onnx_io
 from .loader import (TENSORRT_RTX_PIP, EngineBuildError, TensorRTNotInstalledError, UnsupportedTargetError,
                      import_tensorrt, import_tensorrt_rtx, last_error, make_logger)
 from .profiles import DimRange, ShapeRange, resolve_profile

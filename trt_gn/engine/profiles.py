@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from .io import TensorSpec
+from .tensors import TensorSpec
 
 @dataclass(frozen=True)
 class ShapeRange:

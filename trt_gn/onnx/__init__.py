@@ -5,6 +5,7 @@
 - fusion:   GroupNorm(+SiLU) subgraphs of an ONNX file -> the custom node
 - validate: original vs fused model in onnxruntime (and TensorRT via polygraphy where present)
 - recipes:  diffusers UNet / VAE-decoder configurations (SD 1.5, SDXL, tiny) for export
+- weights:  the check of a --weights path and its error (no third-party import)
 
 Importing this package imports none of them: each module brings its own dependencies (onnx-ir,
 torch, onnxruntime) when it is imported, so `trt-gn build` and `trt-gn triton` run without them.

@@ -139,8 +139,4 @@ def export_plain(model: torch.nn.Module, args: tuple, output: str | os.PathLike,
     return onnx_io.save_model(program.model, output)
 
 
-def export_path_info() -> str:
-    return f"torch {torch.__version__}: torch.onnx.export(dynamo=True, custom_translation_table=...)"
-
-
-__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "check_opset", "export_model", "export_plain", "image_dynamic_shapes", "translation_table", "Path"]
+__all__ = ["DEFAULT_OPSET", "MIN_OPSET", "check_opset", "export_model", "export_plain", "image_dynamic_shapes", "translation_table"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ..errors import Error, first_line
+from .weights import WEIGHT_SUFFIXES, WeightsError, check_weights  # noqa: F401  (part of this module's API)
 
 # The table is data only (recipe_table); re-exported here, where the models are built from it.
 from .recipe_table import (RECIPES, SD15_UNET, SD15_VAE, SDXL_UNET, SDXL_VAE, TINY_UNET,  # noqa: F401
@@ -42,12 +43,6 @@ class UNetWrapper(torch.nn.Module):
     def forward(self, sample, timestep, encoder_hidden_states, text_embeds=None, time_ids=None):
         added = {"text_embeds": text_embeds, "time_ids": time_ids} if self.sdxl else None
         return self.unet(sample, timestep, encoder_hidden_states, added_cond_kwargs=added, return_dict=False)[0]
-
-
-class WeightsError(Error):
-    """--weights cannot be loaded into the recipe's model (one line, naming the file)."""
-
-    default_hint = "--weights must be a local diffusers model folder or a .safetensors/.bin state dict of this model"
 
 
 def build(name: str, *, dtype: torch.dtype = torch.float32, seed: int = 0, weights: str | Path | None = None) -> torch.nn.Module:

@@ -49,7 +49,7 @@ class OutputComparison:
         verdict = "PASS" if self.passed else "FAIL"
         return (
             f"{verdict} [{self.provider} {self.shape_case}] {self.output} ({self.dtype}): max abs {self.max_abs:.3e}, "
-            f"max rel {self.max_rel:.3e} (tolerance {self.atol:g} + {self.rtol:g}*|ref|)"
+            f"max rel {self.max_rel:.3e} (passes where every |error| <= {self.atol:g} + {self.rtol:g}*|ref|)"
         )
 
 
@@ -205,8 +205,11 @@ def validate_onnxruntime(
         a = ort.InferenceSession(str(original), options, providers=[provider])
         b = ort.InferenceSession(str(fused), options, providers=[provider])
         specs = _input_specs(a)
-        if [s[0] for s in specs] != [s[0] for s in _input_specs(b)]:
-            raise ValueError("the two models have different inputs")
+        names_a, names_b = [s[0] for s in specs], [s[0] for s in _input_specs(b)]
+        if names_a != names_b:
+            raise Error(f"{original} and {fused} have different inputs ({', '.join(names_a)} vs {', '.join(names_b)}): "
+                        "they are not a model and its fused copy",
+                        "validate a model against the file trt-gn fuse wrote from it")
         names = [o.name for o in a.get_outputs()]
         for case_index, dims in enumerate(shape_cases):
             feeds = make_inputs(specs, dims, seed + case_index)

@@ -25,8 +25,9 @@ The modules, by job (this package re-exports their public names):
 
 from .options import (DEFAULT_MODEL, DEFAULT_OUT, KERNEL_DTYPES, KERNEL_LAYOUTS, OWN_PROGRESS_STEPS,
                       POLYGRAPHY_TOLERANCE, PRECISIONS, SHAPE_CASES, STEP_ENGINE, STEP_EXPORT, STEP_FUSE, STEP_KERNEL,
-                      STEP_MODEL, STEP_REPORT, STEP_TRITON, STEP_TRT_COMPARE, STEP_VALIDATE, WEIGHT_SUFFIXES,
-                      PipelineError, PipelineOptions, PipelineResult, Step, check_options, check_weights)
+                      STEP_MODEL, STEP_REPORT, STEP_TRITON, STEP_TRT_COMPARE, STEP_VALIDATE,
+                      PipelineError, PipelineOptions, PipelineResult, Step, check_options)
+from ..onnx.weights import WEIGHT_SUFFIXES, check_weights
 from .report import render_markdown, write_report
 from .staging import publish_folder, run_pipeline
 from .steps import group_norm_calls, kernel_check, quiet, run_steps

@@ -1,5 +1,5 @@
 """What `trt-gn pipeline` is asked to do: its options and defaults, the step names, the result
-types, PipelineError, and the checks made before any work (check_options, check_weights)."""
+types, PipelineError, and the checks made before any work (check_options)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from ..errors import EXIT_MISSING, Error
 DEFAULT_MODEL = "tiny-vae-decoder"
 DEFAULT_OUT = "trt-gn-out"
 PRECISIONS = ("fp32", "fp16", "bf16")
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 # Validation shape cases (batch, latent height = width). Multiples of 8 survive every down/up-sampling
 # stage of the SD 1.5 / SDXL UNets; small enough for onnxruntime on a CPU. The engine's profile covers them.
 SHAPE_CASES = ((1, 8), (2, 16))
@@ -93,6 +92,8 @@ def check_options(options: PipelineOptions) -> Path:
 
     check_opset(options.opset)
     if options.weights is not None:
+        from ..onnx.weights import check_weights
+
         check_weights(options.weights)
     if options.plugin_library is not None and not Path(options.plugin_library).is_file():
         raise PipelineError(f"plugin library {options.plugin_library} does not exist",
@@ -103,34 +104,17 @@ def check_options(options: PipelineOptions) -> Path:
     if out.resolve() == cwd or out.resolve() in cwd.parents:
         raise PipelineError(f"output folder {out} holds the current folder; it cannot be replaced",
                             "choose a new or empty --out, such as trt-gn-out")
-    if out.exists() and not out.is_dir():
-        raise PipelineError(f"output {out} exists and is not a folder", "choose another --out")
+    # staged beside --out and renamed over it: its parent must exist and take new entries
+    problem = fileio.output_folder_problem(out, parents=False, replace=True)
+    if problem:
+        hint = f"create it first (mkdir -p {parent}) or choose another --out" if "parent" in problem else \
+            "choose another, writable --out"
+        raise PipelineError(f"output folder {out}: {problem}", hint)
     if out.is_dir() and any(out.iterdir()) and not options.overwrite:
         raise PipelineError(f"output folder {out} is not empty", "pass --overwrite to replace it, or choose another --out")
-    if not parent.is_dir():
-        raise PipelineError(f"output folder {out}: its parent {parent} does not exist or is not a folder",
-                            f"create it first (mkdir -p {parent}) or choose another --out")
-    problem = fileio.writable_folder_problem(parent)
-    if problem:
-        raise PipelineError(f"output folder {out}: {parent} {problem}", "choose a writable --out")
     try:
         import diffusers  # noqa: F401
     except ImportError:
         raise PipelineError("diffusers is not installed (the model recipes need it)",
                             "pip install diffusers (it brings no torch of its own)", exit_code=EXIT_MISSING) from None
     return out
-
-
-def check_weights(weights: str | os.PathLike) -> Path:
-    """A --weights path that can be tried: an existing folder, or a file with a state-dict suffix."""
-    weights = Path(weights)
-    if not weights.exists():
-        raise PipelineError(f"--weights {weights}: no such file or folder",
-                            "pass a local diffusers model folder or a state-dict file (nothing is downloaded)")
-    if weights.is_file() and weights.suffix.lower() not in WEIGHT_SUFFIXES:
-        raise PipelineError(f"--weights {weights}: a weights file must end in {', '.join(WEIGHT_SUFFIXES)}",
-                            "pass a state dict (.safetensors, .bin) or a diffusers model folder")
-    if weights.is_dir() and not (weights / "config.json").is_file():
-        raise PipelineError(f"--weights {weights}: folder has no config.json, so it is no diffusers model folder",
-                            "pass the model's own folder (e.g. .../vae or .../unet), or a state-dict file")
-    return weights

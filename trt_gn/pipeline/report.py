@@ -30,12 +30,15 @@ def render_markdown(report: dict) -> str:
     env = report["environment"]
     fusion = report["fusion"]
     verdict = "PASSED" if report["passed"] else "FAILED"
+    steps_skipped = sum(s["status"] == "skipped" for s in report["steps"])
+    cases_skipped = len(report["skipped"]) - steps_skipped  # validation cases the runtime could not run
+    skipped = f"{steps_skipped} step(s) skipped" + (f", {cases_skipped} validation case(s) skipped" if cases_skipped else "")
     lines = [
         f"# trt-gn pipeline: {report['model']}",
         "",
         f"**{verdict}**: fused {fusion['fused']} of {fusion['group_norms']} GroupNorms "
         f"({fusion['with_silu']} with SiLU); onnxruntime validation "
-        f"{'passed' if report['validation']['passed'] else 'FAILED'}; {len(report['skipped'])} step(s) skipped; "
+        f"{'passed' if report['validation']['passed'] else 'FAILED'}; {skipped}; "
         f"{report['seconds']:.1f} s.",
         "",
         f"- model: `{report['model']}` ({report['kind']}), weights: {report['weights']}, seed {report['seed']}",

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from ..errors import EXIT_FAILED, Error
+from ..errors import EXIT_FAILED, Error, first_line
 from .options import (KERNEL_DTYPES, KERNEL_LAYOUTS, POLYGRAPHY_TOLERANCE, SHAPE_CASES, STEP_ENGINE, STEP_EXPORT,
                       STEP_FUSE, STEP_KERNEL, STEP_MODEL, STEP_REPORT, STEP_TRITON, STEP_TRT_COMPARE, STEP_VALIDATE,
                       PipelineError, PipelineOptions, Step)
@@ -59,8 +59,9 @@ class _Steps:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    """The exception's type and first line (first_line gives the type alone where there is no text)."""
+    text = first_line(exc)
+    return text if text == type(exc).__name__ else f"{type(exc).__name__}: {text}"
 
 
 @contextmanager
@@ -111,7 +112,7 @@ def kernel_check(calls: list[dict], seed: int) -> list[dict]:
     from ..reference import assert_close, group_norm_act_reference, max_errors
 
     _lib.load()  # a missing kernels library is the step's error, named once
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    dtypes = ops.DTYPE_BY_NAME
     distinct = sorted({(tuple(c["shape"]), c["num_groups"], c["eps"]) for c in calls})
     rows = []
     for shape, groups, eps in distinct:
@@ -254,7 +255,7 @@ def run_steps(options: PipelineOptions, stage: Path,
                 rows = kernel_check(calls, options.seed)
             except (FileNotFoundError, OSError, ImportError) as exc:  # the kernels library is missing
                 rows = []
-                step.status, step.detail = "failed", f"kernels library: {str(exc).splitlines()[0]}"
+                step.status, step.detail = "failed", f"kernels library: {first_line(exc)}"
             else:
                 bad = [r for r in rows if not r["passed"]]
                 step.status = "failed" if bad else "ok"
@@ -276,7 +277,7 @@ def run_steps(options: PipelineOptions, stage: Path,
         try:
             plugin = Path(options.plugin_library) if options.plugin_library else _find_plugin()
         except FileNotFoundError as exc:
-            why = str(exc).splitlines()[0]
+            why = first_line(exc)
     if report["engine"] is not None or any(s.name == STEP_ENGINE for s in steps.steps):
         pass  # the TensorRT-RTX steps ran
     elif not can_build:
@@ -319,7 +320,7 @@ def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan:
         plugin = Path(options.plugin_library) if options.plugin_library else _find_plugin()
     except FileNotFoundError as exc:
         steps.skip(STEP_ENGINE, f"{why_not_tensorrt}; TensorRT-RTX is installed but the plugin library was not "
-                                f"found: {str(exc).splitlines()[0]}")
+                                f"found: {first_line(exc)}")
         for skipped in (STEP_TRT_COMPARE, STEP_TRITON):
             steps.skip(skipped, f"{why_not_tensorrt}; no plugin library")
         return

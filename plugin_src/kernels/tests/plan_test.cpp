@@ -103,7 +103,7 @@ struct Expect {
 
 constexpr trtgn_layout_t NHWC = TRTGN_LAYOUT_NHWC, NCHW = TRTGN_LAYOUT_NCHW;
 
-// The diffusion shape list (trt_gn/shapes.py) on an H100 or H200, in 16
+// The diffusion shape list (trt_gn/lab/shapes.py) on an H100 or H200, in 16
 // bits: the plans trtgn_describe_plan reported there.
 const Expect kHopperShapes[] = {
     {"sd15-unet-320x64", 2, 320, 64, 64, 32, NHWC, Path::kOnChipGrid, 4},

@@ -754,7 +754,7 @@ int64_t channelVector(TensorFormat f)
     return f == TensorFormat::kHWC8 ? 8 : f == TensorFormat::kHWC16 ? 16 : 1;
 }
 
-// The (type, format) pairs of x/y the plugin must offer (issue 3, point 3).
+// The (type, format) pairs of x/y the plugin must offer.
 std::vector<std::pair<DataType, TensorFormat>> const kXCOMBOS = {
     {DataType::kFLOAT, TensorFormat::kLINEAR},
     {DataType::kFLOAT, TensorFormat::kHWC},

@@ -1,7 +1,7 @@
 """A/B timing of kernels libraries, alternated on one GPU: how the kernel notes' "old and new
 alternated N times" are measured.
 
-    python3 scripts/ab_kernels.py --variant old=bc46a4b --variant new=. \\
+    python3 -m trt_gn.lab.ab --variant old=HEAD~1 --variant new=. \\
         --shapes sd15-unet-320x64,1/512/64/64/32 --dtypes fp16,bf16 --layouts nhwc,nchw --rounds 3
 
 Each variant is a git revision of this repository (its plugin_src/ is archived and built), a
@@ -33,7 +33,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from ..errors import Error
+
+# The checkout this package lives in (its git revisions and plugin_src/ are what variants build
+# from); installed elsewhere, the checkout the tool is run from.
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+REPO = PACKAGE_ROOT if (PACKAGE_ROOT / "plugin_src").is_dir() else Path.cwd()
 LIBRARY = "libtrt_gn_kernels.so"
 NAME_RE = re.compile(r"[A-Za-z0-9_-]+")
 DTYPES = ("fp16", "bf16", "fp32")
@@ -42,8 +47,8 @@ MIN_REPLAYS = 30
 CSV_FIELDS = ("variant", "round", "case", "us_per_launch", "copy_us", "check")
 
 
-class AbError(RuntimeError):
-    """A bad option, or a variant that cannot be built or run."""
+class AbError(Error, RuntimeError):
+    """A bad option, or a variant that cannot be built or run (exit 2)."""
 
 
 def parse_variant(spec: str) -> tuple[str, str]:
@@ -57,14 +62,14 @@ def parse_variant(spec: str) -> tuple[str, str]:
 
 
 def shape_names() -> list[str]:
-    from trt_gn.shapes import SHAPES
+    from .shapes import SHAPES
 
     return [s.name for s in SHAPES]
 
 
 def parse_shape(spec: str):
     """A name from the shape list, or N/C/H/W/G with an optional /EPS (default 1e-5)."""
-    from trt_gn.shapes import SHAPES_BY_NAME, Shape
+    from .shapes import SHAPES_BY_NAME, Shape
 
     if spec in SHAPES_BY_NAME:
         return SHAPES_BY_NAME[spec]
@@ -223,12 +228,14 @@ def time_cases(cases: list[tuple[str, str, str]], replays: int) -> None:
     prints one JSON object a case."""
     import torch
 
-    from trt_gn import _lib, bench
-    from trt_gn.reference import assert_close, group_norm_act_reference
+    from .. import _lib
+    from . import bench
+    from ..reference import assert_close, group_norm_act_reference
 
     require_gpu()
     _lib.load()
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+    from ..ops import DTYPE_BY_NAME as dtypes
+
     for shape_spec, dtype_name, layout in cases:
         shape, dtype = parse_shape(shape_spec), dtypes[dtype_name]
         gen = torch.Generator(device="cuda").manual_seed(1)  # the same data in every process
@@ -254,8 +261,8 @@ def time_cases(cases: list[tuple[str, str, str]], replays: int) -> None:
 
 def run_variant(name: str, library: Path, cases: list, replays: int) -> list[dict]:
     env = dict(os.environ, TRT_GN_KERNELS_LIBRARY=str(library))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(cases),
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.run([sys.executable, "-m", __spec__.name if __spec__ else "trt_gn.lab.ab", "--worker", json.dumps(cases),
                            "--replays", str(replays)], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise AbError(f"variant {name} ({library}) failed:\n" + "\n".join(proc.stderr.strip().splitlines()[-10:]))
@@ -263,13 +270,13 @@ def run_variant(name: str, library: Path, cases: list, replays: int) -> list[dic
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="ab_kernels.py", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m trt_gn.lab.ab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=SOURCE",
                         help="a library to time: NAME=REV (a git revision), NAME=DIR (a directory holding "
                              "plugin_src/; '.' is the working tree) or NAME=FILE.so (built); give it once a variant")
     parser.add_argument("--shapes", default=None,
-                        help="comma-separated names from the shape list (trt_gn/shapes.py) or N/C/H/W/G[/EPS] "
+                        help="comma-separated names from the shape list (trt_gn/lab/shapes.py) or N/C/H/W/G[/EPS] "
                              "(default: the whole shape list)")
     parser.add_argument("--dtypes", default="fp16", help="comma-separated: fp16, bf16, fp32 (default: %(default)s)")
     parser.add_argument("--layouts", default="nhwc,nchw", help="comma-separated: nhwc, nchw (default: %(default)s)")
@@ -324,10 +331,9 @@ def main(argv=None) -> int:
         print(f"every round: {out / 'ab.csv'}")
         return 0
     except AbError as e:
-        print(f"ab_kernels: {e}", file=sys.stderr)
-        return 2
+        print(f"python -m trt_gn.lab.ab: error: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))  # this repository's trt_gn (the worker gets it through PYTHONPATH)
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""Engine and ONNX I/O: the inputs and outputs of an ONNX model or a built plan (TensorSpec),
-where the plugin library is, and the checks and atomic writes of the files a build produces."""
+"""The tensors of an engine: the inputs and outputs of an ONNX model or a built plan (TensorSpec,
+EngineIO), with their names, element types and shapes."""
 
 from __future__ import annotations
 
@@ -7,11 +7,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fileio, spec
-from ..errors import EXIT_FAILED, EXIT_MISSING, first_line
+from ..errors import EXIT_FAILED, first_line
+from .files import plugin_path
 from .loader import EngineBuildError, import_tensorrt, last_error, make_logger
-
-PLAN_SUFFIXES = (".plan", ".engine")
 
 
 @dataclass(frozen=True)
@@ -55,45 +53,6 @@ def read_onnx_io(onnx_path: str | os.PathLike) -> tuple[list[TensorSpec], list[T
         raise EngineBuildError(f"{path} has no graph inputs or no graph outputs",
                                "pass a complete model, not a fragment")
     return inputs, outputs
-
-
-def check_writable_file(path: Path, what: str) -> None:
-    """Fail before any work when ``path`` cannot be created or replaced."""
-    parent = fileio.folder_of(path)
-    if path.is_dir():
-        raise EngineBuildError(f"{what} {path} is a directory", "give a file name")
-    if not parent.is_dir():
-        raise EngineBuildError(f"{what} folder {parent} does not exist", f"create it: mkdir -p {parent}")
-    problem = fileio.writable_folder_problem(parent)
-    if problem:
-        raise EngineBuildError(f"{what} folder {parent} {problem}", "choose a writable location")
-    problem = fileio.output_file_problem(path, example="model.plan")  # a FIFO or device, a long name
-    if problem:
-        raise EngineBuildError(f"{what} {path}: {problem}", "give the path of a regular file")
-
-
-# The plan and the timing cache are written with trt_gn's one atomic writer.
-write_atomic = fileio.write_bytes
-
-
-def plugin_path(explicit=None) -> Path:
-    """The plugin library: `explicit` (--plugin) if given, else the one trt_gn finds; an
-    EngineBuildError naming every place looked in (one line) when there is none."""
-    if explicit is not None:
-        path = Path(explicit)
-        if not path.is_file():
-            raise EngineBuildError(f"plugin library {path} (--plugin) does not exist",
-                                   "build it with `cmake -S plugin_src -B build && cmake --build build`")
-        return path.resolve()
-    from .. import _lib  # imported here: it is the one place that knows where the libraries live
-    try:
-        return Path(_lib.find_plugin_library()).resolve()
-    except FileNotFoundError as exc:
-        looked = getattr(exc, "looked_in", None)
-        where = f" (looked in: {', '.join(map(str, looked))})" if looked else f" ({first_line(exc)})"
-        raise EngineBuildError(f"the TensorRT plugin library {spec.PLUGIN_LIBRARY} was not found{where}",
-                               f"{_lib.PLUGIN_BUILD_HINT}; or pass --plugin / set {_lib.PLUGIN_LIBRARY_ENV}",
-                               exit_code=EXIT_MISSING) from exc
 
 
 # TensorRT DataType name -> ONNX element type name (the names TensorSpec uses).

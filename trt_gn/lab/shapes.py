@@ -1,4 +1,4 @@
-"""The shape list of the diffusion models trt_gn is measured and tested on (issue 2), in one place."""
+"""The shape list of the diffusion models trt_gn is measured and tested on, in one place."""
 
 from __future__ import annotations
 

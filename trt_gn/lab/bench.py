@@ -14,7 +14,7 @@ more than UNSTEADY, the table marks it.
 
 The compiled variants are compiled once per (shape, dtype, layout), before any timing, with dynamo's
 recompile limits raised; each is checked to have compiled one graph and to compile nothing more
-while it is timed (trt_gn.compile_check), so no cell reports eager PyTorch under a compiled name.
+while it is timed (trt_gn.lab.compile_check), so no cell reports eager PyTorch under a compiled name.
 The best peer of a (shape, dtype) is the fastest PyTorch variant in the table.
 """
 
@@ -28,8 +28,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import fileio
-from .errors import EXIT_FAILED, EXIT_MISSING, Error
+from .. import _lib, fileio
+from ..errors import EXIT_FAILED, EXIT_MISSING, Error
 from .shapes import Shape, select_shapes
 
 LAUNCHES = 20
@@ -78,9 +78,8 @@ class Row:
 
 
 def _torch_dtype(name: str):
-    import torch
+    from ..ops import DTYPE_BY_NAME as table
 
-    table = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     if name not in table:
         raise BenchError(f"unknown dtype {name!r}; expected one of {', '.join(table)}")
     return table[name]
@@ -120,8 +119,7 @@ def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     """A closure enqueuing one trtgn_group_norm() with fixed buffers (no allocation per launch)."""
     import torch
 
-    from . import _lib
-    from .ops import abi_params
+    from ..ops import abi_params
 
     params = abi_params(x, y, weight, bias, shape.groups, shape.eps, "silu", layout=layout)
     nbytes = _lib.workspace_size(params)
@@ -132,25 +130,27 @@ def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
                         torch.cuda.current_stream().cuda_stream)
 
     launch.keep_alive = (params, workspace)  # the buffers live as long as the closure
-    # Libraries before ABI 3 (scripts/ab_kernels.py times earlier revisions) cannot say.
+    # Libraries before ABI 3 (trt_gn.lab.ab times earlier revisions) cannot say.
     launch.plan = plan_summary(_lib.describe_plan(params)) if _lib.abi_version() >= 3 else None
     return launch
+
+
+# The short form of each path's plan, one a path of the ABI's table (trt_gn._lib.PATHS).
+_PLAN_SUMMARIES = {
+    "clusters": lambda p: f"clusters of {p['cluster']}, {p['vpt']} vec/thread"
+                          + (" x2 blocks" if p.get("split", 1) > 1 else ""),
+    "on-chip-grid": lambda p: "on-chip grid" + (f", {p['slices']} slices" if p.get("slices", 1) > 1 else ""),
+    "streaming-grid": lambda p: "streaming grid",
+    "two-pass": lambda p: f"two passes, vec {p['vec']}",
+}
+assert tuple(_PLAN_SUMMARIES) == _lib.PATHS, "bench's plan summaries and the ABI's paths disagree"
 
 
 def plan_summary(plan: dict) -> str:
     """A short form of trt_gn._lib.describe_plan()'s plan for the table: the path and what tells
     its launches apart (cluster size and vectors a thread; channel slices; vector width)."""
     path = plan.get("path", "?")
-    if path == "clusters":
-        split = " x2 blocks" if plan.get("split", 1) > 1 else ""
-        return f"clusters of {plan['cluster']}, {plan['vpt']} vec/thread{split}"
-    if path == "on-chip-grid":
-        return "on-chip grid" + (f", {plan['slices']} slices" if plan.get("slices", 1) > 1 else "")
-    if path == "streaming-grid":
-        return "streaming grid"
-    if path == "two-pass":
-        return f"two passes, vec {plan['vec']}"
-    return path
+    return _PLAN_SUMMARIES[path](plan) if path in _PLAN_SUMMARIES else path
 
 
 def fastest_of_rounds(variants: dict, rounds: int, replays: int, timer=None,
@@ -218,9 +218,8 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     import torch
     import torch._dynamo
 
-    from . import _lib
     from .compile_check import CompileFallbackError, raised_recompile_limits
-    from .reference import group_norm_act_reference, max_errors
+    from ..reference import group_norm_act_reference, max_errors
 
     # The arguments first: a bad option is reported the same with or without a GPU.
     if replays < MIN_REPLAYS:
@@ -233,10 +232,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     if not torch.cuda.is_available():
         raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)",
                          exit_code=EXIT_MISSING)
-    try:
-        _lib.load()
-    except (FileNotFoundError, OSError, ImportError) as e:
-        raise BenchError(str(e).splitlines()[0], exit_code=EXIT_MISSING) from e
+    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
     torch_dtypes = [(name, _torch_dtype(name)) for name in dtypes]
 
     rows: list[Row] = []
@@ -387,7 +383,7 @@ def run_host_overhead(shape=HOST_SHAPE, dtype: str = "fp16", layout: str = "nhwc
     import torch
     import torch._dynamo
 
-    from . import ops
+    from .. import ops
     from .compile_check import CheckedCompile, CompileFallbackError, raised_recompile_limits
 
     if calls < 1 or rounds < 1:
@@ -658,7 +654,7 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
         rows = run_bench(shapes, list(dtypes), list(layouts), replays, progress, rounds, with_compile, compile_log, log)
     import torch
 
-    from . import _lib, ops
+    from .. import ops
 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):

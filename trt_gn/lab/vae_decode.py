@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """End-to-end VAE decode on a GPU: stock PyTorch (eager and torch.compile, NCHW and channels_last)
 against trt_gn's module swap (eager and torch.compile, channels_last).
 
@@ -11,10 +10,10 @@ image from stock eager NCHW's.
 
 The compiled variants are compiled (Inductor, static shapes) before they are timed, with dynamo's
 recompile limits raised, and checked to have compiled and to compile nothing more while timed
-(trt_gn.compile_check): no row reports eager PyTorch under a compiled name. Progress lines go to
+(trt_gn.lab.compile_check): no row reports eager PyTorch under a compiled name. Progress lines go to
 stderr, the markdown table to stdout.
 
-    python export/bench_vae_decode.py [--resolutions 512,1024] [--iters 20] [--out vae.csv]
+    python -m trt_gn.lab.vae_decode [--resolutions 512,1024] [--iters 20] [--out vae.csv]
 """
 
 from __future__ import annotations
@@ -28,10 +27,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
 import torch
 
+from ..errors import EXIT_MISSING
+
+PROG = "python -m trt_gn.lab.vae_decode"
 # resolution -> (recipe of trt_gn/onnx/recipes.py, latent height and width)
 RESOLUTIONS = {512: ("sd15-vae-decoder", 64), 1024: ("sdxl-vae-decoder", 128)}
 MIN_ITERS = 5
@@ -161,9 +161,9 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
     cache each, so no variant reuses or evicts another's compiled code)."""
     import torch._dynamo
 
-    from trt_gn.compile_check import CheckedCompile, raised_recompile_limits
-    from trt_gn.onnx.recipes import build
-    from trt_gn.swap import swap_group_norms
+    from .compile_check import CheckedCompile, raised_recompile_limits
+    from ..onnx.recipes import build
+    from ..swap import swap_group_norms
 
     device = torch.device(device)
     dtype_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
@@ -219,7 +219,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--resolutions", default="512,1024",
                         help=f"comma-separated image sizes of {sorted(RESOLUTIONS)} (default: 512,1024)")
     parser.add_argument("--iters", type=int, default=20, help="timed decodes a variant (default: 20)")
@@ -248,12 +248,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
-        print("error: no CUDA device; this benchmark needs a GPU (H100/H200)", file=sys.stderr)
-        return 2
-    import trt_gn  # noqa: F401  (registers the op)
-    from trt_gn.compile_check import CompileFallbackError
+        print(f"{PROG}: error: no CUDA device; this benchmark needs a GPU (H100/H200)", file=sys.stderr)
+        return EXIT_MISSING
+    from .. import ops  # registers the op
+    from .compile_check import CompileFallbackError
 
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dtype = ops.DTYPE_BY_NAME[args.dtype]
     log = Progress()
     rows: list[Row] = []
     try:
@@ -265,7 +265,7 @@ def main(argv=None) -> int:
                                      seed=args.seed, log=log)
             torch.cuda.empty_cache()
     except CompileFallbackError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, batch {args.batch}, "
           f"median GPU time (CUDA events) of {args.iters} decodes after {args.warmup} untimed")

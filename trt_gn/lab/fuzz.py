@@ -1,14 +1,15 @@
 """Random GroupNorm(+SiLU) cases over the whole accepted input space, on a CUDA GPU, each checked
 against the float64 reference (trt_gn.reference) through the kernels library's raw C ABI:
 
-    python -m trt_gn.fuzz --cases 10000 --seed 1
-    python -m trt_gn.fuzz --case "2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1,3,7"   # one case again
+    trt-gn fuzz --cases 10000 --seed 1          (or python -m trt_gn.lab.fuzz ...)
+    trt-gn fuzz --case "2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1,3,7"   # one case again
 
 Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
 reached: the summary gives cases and failures per path, dtype and layout, and the run fails when
 a path ran on fewer than --min-per-path cases of a dtype and layout. Outputs are NaN-poisoned
 before each launch (an unwritten element fails), and NaN/Inf positions must match exactly.
-Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments or no GPU.
+Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments, 3 no GPU or
+no kernels library.
 """
 
 from __future__ import annotations
@@ -21,12 +22,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from .. import _lib
+from ..errors import EXIT_MISSING, Error
+
 DTYPES = ("fp32", "fp16", "bf16")
 LAYOUTS = ("nhwc", "nchw")
 AFFINES = ("x", "fp32", "none")  # gamma/beta in x's dtype, in fp32, or absent
 ACTIVATIONS = ("silu", "none")
 EPSILONS = (0.0, 1e-6, 1e-5, 1e-3, 0.1)
-PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
+PATHS = _lib.PATHS  # the paths the summary counts: the ABI's table
 # What each drawn case aims at: the size and channel counts that make a path likely. The plan the
 # library picks is what counts; the aims only spread the cases over every path's region.
 AIMS = ("clusters", "grid", "stream", "two-pass", "any")
@@ -163,9 +167,9 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
 # ------------------------------------------------------------------------------ running ----
 
 def _torch_dtype(name: str):
-    import torch
+    from ..ops import DTYPE_BY_NAME
 
-    return {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[name]
+    return DTYPE_BY_NAME[name]
 
 
 def make_inputs(case: Case, device="cuda"):
@@ -191,8 +195,7 @@ def make_inputs(case: Case, device="cuda"):
 def plan_of(case: Case) -> dict:
     """The plan a case runs, from trtgn_describe_plan on the current device, without buffers: the
     data pointers are stand-ins with the alignment of fresh torch allocations (nothing is read)."""
-    from . import _lib
-    from .ops import ABI_DTYPE
+    from ..ops import ABI_DTYPE
 
     dtype = _torch_dtype(case.dtype)
     affine = {"x": dtype, "fp32": _torch_dtype("fp32"), "none": dtype}[case.affine]
@@ -213,9 +216,8 @@ def run_case(case: Case) -> tuple[dict, str | None]:
     """
     import torch
 
-    from . import _lib
-    from .ops import abi_params
-    from .reference import assert_close, group_norm_act_reference
+    from ..ops import abi_params
+    from ..reference import assert_close, group_norm_act_reference
 
     x, weight, bias = make_inputs(case)
     y = torch.empty_like(x).fill_(float("nan"))
@@ -260,7 +262,7 @@ def _write_plans(path: str, records) -> None:
     import csv
     import io
 
-    from .fileio import write_text
+    from ..fileio import write_text
 
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
@@ -271,7 +273,6 @@ def _write_plans(path: str, records) -> None:
 
 def _plans_only(prog: str, cases: list[Case], path: str) -> int:
     """Every case's plan (plan_of: stand-in pointers, no kernel runs) to the CSV; the paths counted."""
-    from . import _lib
 
     records, paths = [], Counter()
     for case in cases:
@@ -287,13 +288,16 @@ def _plans_only(prog: str, cases: list[Case], path: str) -> int:
     return 1 if paths["error"] else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trt_gn.fuzz",
-        description="Random GroupNorm(+SiLU) cases over the accepted input space, checked on a CUDA GPU "
-                    "against the float64 reference; the plan of each case proves which paths ran.",
-        epilog="examples: python -m trt_gn.fuzz --cases 10000 --seed 1;  "
-               "python -m trt_gn.fuzz --case '2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1.0,3.0,7'")
+DESCRIPTION = ("Random GroupNorm(+SiLU) cases over the accepted input space, checked on a CUDA GPU "
+               "against the float64 reference; the plan of each case proves which paths ran.")
+EPILOG = ("examples: trt-gn fuzz --cases 10000 --seed 1;  "
+          "trt-gn fuzz --case '2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1.0,3.0,7'.  "
+          "exit codes: 0 all passed; 1 a case failed or a path was not covered; 2 bad arguments; "
+          "3 no CUDA GPU or no kernels library; 130 interrupted")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `trt-gn fuzz` and `python -m trt_gn.lab.fuzz` (no third-party import)."""
     parser.add_argument("--cases", type=int, default=10000, help="random cases to run (default: 10000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the case generator (default: 0)")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC",
@@ -311,31 +315,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plans-only", action="store_true",
                         help="with --plans: describe every case's plan, run no kernel (compares two builds' "
                              "planners in seconds)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m trt_gn.lab.fuzz`: the same run as `trt-gn fuzz`, errors in the CLI's format."""
+    from ..cli._errors import print_error
+
+    parser = argparse.ArgumentParser(prog="python -m trt_gn.lab.fuzz", description=DESCRIPTION, epilog=EPILOG)
+    add_arguments(parser)
     args = parser.parse_args(argv)
-    prog = parser.prog
+    try:
+        return run(args, parser.prog)
+    except Error as exc:
+        print_error(parser.prog, exc.message, exc.hint)
+        return exc.exit_code
+
+
+def run(args, prog: str) -> int:
+    """Run the cases the options ask for; a bad option, no GPU or no library raises errors.Error."""
     if args.plans_only and not args.plans:
-        print(f"{prog}: error: --plans-only needs --plans CSV", file=sys.stderr)
-        return 2
+        raise Error("--plans-only needs --plans CSV")
     if args.cases < 0 or args.show < 0 or args.max_elements < MAX_C:
-        print(f"{prog}: error: --cases and --show must be >= 0, --max-elements >= {MAX_C}", file=sys.stderr)
-        return 2
+        raise Error(f"--cases and --show must be >= 0, --max-elements >= {MAX_C}")
     try:
         fixed = [parse_case(text) for text in args.case]
     except ValueError as exc:
-        print(f"{prog}: error: --case: {exc}", file=sys.stderr)
-        return 2
+        raise Error(f"--case: {exc}") from None
+    if args.plans:  # written after the run: checked before it
+        from ..fileio import output_file_problem
+
+        problem = output_file_problem(args.plans, example="plans.csv")
+        if problem:
+            raise Error(f"--plans {args.plans}: {problem}", "give a new or writable CSV file path")
 
     import torch
 
-    from . import _lib
     if not torch.cuda.is_available():
-        print(f"{prog}: error: no CUDA device (torch.cuda.is_available() is False)", file=sys.stderr)
-        return 2
-    try:
-        _lib.load()
-    except (_lib.LibraryNotFoundError, OSError, ImportError) as exc:
-        print(f"{prog}: error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
+        raise Error("no CUDA device (torch.cuda.is_available() is False)", "run it on a machine with a CUDA GPU",
+                    exit_code=EXIT_MISSING)
+    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
     minimum = args.min_per_path if args.min_per_path is not None else (5 if not fixed and args.cases >= 5000 else 0)
 
     rng = random.Random(args.seed)
@@ -370,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(ran, failed))
     print("kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
     if failures:
-        print("first failures (reproduce with python -m trt_gn.fuzz --case '<spec>'):")
+        print("first failures (reproduce with trt-gn fuzz --case '<spec>'):")
         for case, plan, message in failures[: args.show]:
             print(f"  {case.spec()}  [{plan.get('path')}]  {message.splitlines()[0][:200]}")
     gaps = coverage_gaps(ran, minimum) if minimum else []

@@ -1,7 +1,7 @@
 """Host time per call of torch.ops.trt_gn.group_norm_act next to stock F.silu(F.group_norm(...)),
 eager and inside torch.compile, on a launch-bound tensor (the GPU waits for the host), one GPU, one run:
 
-    python3 scripts/bench_host_overhead.py [--shape 1,32,8,8] [--dtype fp16] [--layout nhwc]
+    python3 -m trt_gn.lab.host_overhead [--shape 1,32,8,8] [--dtype fp16] [--layout nhwc]
         [--calls 2000] [--rounds 7] [--implementation auto|cpp|python] [--out host.csv]
 
 Each variant is called --calls times back to back per round (the GPU drained before and after), every
@@ -37,10 +37,10 @@ def parse_shape(text: str) -> tuple[int, int, int, int]:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench_host_overhead.py",
+        prog="python -m trt_gn.lab.host_overhead",
         description="Host time per call of torch.ops.trt_gn.group_norm_act next to stock F.silu(F.group_norm(...)), "
                     "eager and inside torch.compile, on a launch-bound tensor (the GPU waits for the host).",
-        epilog="example: python3 scripts/bench_host_overhead.py --implementation cpp --out host-cpp.csv")
+        epilog="example: python3 -m trt_gn.lab.host_overhead --implementation cpp --out host-cpp.csv")
     parser.add_argument("--shape", type=parse_shape, default=(1, 32, 8, 8), help="N,C,H,W (default 1,32,8,8)")
     parser.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
     parser.add_argument("--layout", default="nhwc", choices=("nhwc", "nchw"), help="nhwc: channels_last")
@@ -55,19 +55,17 @@ def main(argv=None) -> int:
 
     import torch
 
-    from trt_gn import bench, fileio, ops
-    from trt_gn.errors import EXIT_MISSING, first_line
+    from .. import fileio, ops
+    from . import bench
+    from ..errors import Error
 
     prog = parser.prog
     try:
         times = bench.run_host_overhead(tuple(args.shape), args.dtype, args.layout, args.calls, args.rounds,
                                         log=lambda line: print(f"{prog}: {line}", file=sys.stderr, flush=True))
-    except bench.BenchError as e:
+    except Error as e:  # a bad option, no GPU, the kernels library missing (at the first call), a fallback
         print(f"{prog}: error: {e.message}", file=sys.stderr)
         return e.exit_code
-    except (FileNotFoundError, OSError, ImportError) as e:  # the kernels library, at the first call
-        print(f"{prog}: error: {first_line(e)}", file=sys.stderr)
-        return EXIT_MISSING
     shape = "x".join(str(v) for v in args.shape)
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"op on CUDA tensors: {ops.implementation()}")

@@ -15,11 +15,16 @@ from __future__ import annotations
 import contextlib
 import time
 
+from ..errors import EXIT_FAILED, Error
+
 RECOMPILE_LIMIT = 1024
 
 
-class CompileFallbackError(RuntimeError):
-    """A function meant to run compiled ran eager, failed to compile, or recompiled when it should not."""
+class CompileFallbackError(Error, RuntimeError):
+    """A function meant to run compiled ran eager, failed to compile, or recompiled when it should not
+    (the measurement failed: exit 1)."""
+
+    exit_code = EXIT_FAILED
 
 
 def _first_existing(cfg, names: tuple[str, ...]) -> str | None:

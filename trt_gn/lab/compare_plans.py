@@ -1,11 +1,10 @@
-#!/usr/bin/env python3
-"""Compare two plan dumps of `python -m trt_gn.fuzz --plans` (two builds, the same seed and cases).
+"""Compare two plan dumps of `trt-gn fuzz --plans` (two builds, the same seed and cases).
 
 Cases are matched by their spec; each plan is compared on the keys both dumps have (a newer build
 may report more). Prints the count of cases that differ and the first few; exits 1 if any differs
 or the dumps hold different cases.
 
-    python scripts/compare_plans.py old.csv new.csv
+    python -m trt_gn.lab.compare_plans old.csv new.csv
 """
 
 from __future__ import annotations
@@ -13,11 +12,8 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from trt_gn._lib import parse_plan  # noqa: E402
+from .._lib import parse_plan
 
 
 def read(path: str) -> dict[str, dict]:
@@ -26,7 +22,7 @@ def read(path: str) -> dict[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trt_gn.lab.compare_plans", description=__doc__.splitlines()[0])
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--show", type=int, default=10, help="differences printed (default: 10)")
