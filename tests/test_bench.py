@@ -10,7 +10,8 @@ import sys
 import pytest
 import torch
 
-from trt_gn.lab import bench, compile_check
+from trt_gn import compile_check
+from trt_gn.lab import bench
 from trt_gn.cli import SUBCOMMAND_MODULES, build_parser, main
 from trt_gn.lab.shapes import SHAPES, select_shapes
 

@@ -14,7 +14,7 @@ from gpu_helpers import DTYPES, GPU, affine_for
 
 from trt_gn import ops
 from trt_gn.lab import bench
-from trt_gn.lab.compile_check import CheckedCompile, raised_recompile_limits
+from trt_gn.compile_check import CheckedCompile, raised_recompile_limits
 from trt_gn.reference import assert_close, group_norm_act_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

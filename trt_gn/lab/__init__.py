@@ -7,9 +7,9 @@
   profile        python -m trt_gn.lab.profile: the kernels over the shape list, for Nsight Compute
   host_overhead  python -m trt_gn.lab.host_overhead: the op's host time per call vs stock PyTorch
   vae_decode     python -m trt_gn.lab.vae_decode: end-to-end VAE decode, stock vs trt_gn
-  compile_check  torch.compile checked to have compiled (no eager run under a compiled name)
   shapes         the benchmark shape list
 
-Every tool needs a CUDA GPU to measure; their history and raw runs are in docs/lab/. Nothing in
+Every tool needs a CUDA GPU to measure (trt_gn.compile_check, which the served PyTorch model
+uses too, checks that a compiled variant really compiled); their history and raw runs are in docs/lab/. Nothing in
 the runtime package imports the lab.
 """

@@ -14,7 +14,7 @@ more than UNSTEADY, the table marks it.
 
 The compiled variants are compiled once per (shape, dtype, layout), before any timing, with dynamo's
 recompile limits raised; each is checked to have compiled one graph and to compile nothing more
-while it is timed (trt_gn.lab.compile_check), so no cell reports eager PyTorch under a compiled name.
+while it is timed (trt_gn.compile_check), so no cell reports eager PyTorch under a compiled name.
 The best peer of a (shape, dtype) is the fastest PyTorch variant in the table.
 """
 
@@ -181,7 +181,7 @@ def compile_group_norm_act(x, weight, bias, groups: int, eps: float, name: str, 
     """torch_group_norm_act compiled for these arguments (static shapes, one graph), checked to have
     compiled (not run eager): a CheckedCompile whose first call has been made. Call it within
     compile_check.raised_recompile_limits()."""
-    from .compile_check import CheckedCompile
+    from ..compile_check import CheckedCompile
 
     compiled = CheckedCompile(torch_group_norm_act, name, backend=backend, fullgraph=True, dynamic=False)
     compiled.first_call(x, weight, bias, groups, eps)
@@ -218,7 +218,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     import torch
     import torch._dynamo
 
-    from .compile_check import CompileFallbackError, raised_recompile_limits
+    from ..compile_check import CompileFallbackError, raised_recompile_limits
     from ..reference import group_norm_act_reference, max_errors
 
     # The arguments first: a bad option is reported the same with or without a GPU.
@@ -384,7 +384,7 @@ def run_host_overhead(shape=HOST_SHAPE, dtype: str = "fp16", layout: str = "nhwc
     import torch._dynamo
 
     from .. import ops
-    from .compile_check import CheckedCompile, CompileFallbackError, raised_recompile_limits
+    from ..compile_check import CheckedCompile, CompileFallbackError, raised_recompile_limits
 
     if calls < 1 or rounds < 1:
         raise BenchError(f"calls and rounds must be >= 1, got {calls} and {rounds}")

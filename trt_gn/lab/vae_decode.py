@@ -10,7 +10,7 @@ image from stock eager NCHW's.
 
 The compiled variants are compiled (Inductor, static shapes) before they are timed, with dynamo's
 recompile limits raised, and checked to have compiled and to compile nothing more while timed
-(trt_gn.lab.compile_check): no row reports eager PyTorch under a compiled name. Progress lines go to
+(trt_gn.compile_check): no row reports eager PyTorch under a compiled name. Progress lines go to
 stderr, the markdown table to stdout.
 
     python -m trt_gn.lab.vae_decode [--resolutions 512,1024] [--iters 20] [--out vae.csv]
@@ -161,7 +161,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
     cache each, so no variant reuses or evicts another's compiled code)."""
     import torch._dynamo
 
-    from .compile_check import CheckedCompile, raised_recompile_limits
+    from ..compile_check import CheckedCompile, raised_recompile_limits
     from ..onnx.recipes import build
     from ..swap import swap_group_norms
 
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: no CUDA device; this benchmark needs a GPU (H100/H200)", file=sys.stderr)
         return EXIT_MISSING
     from .. import ops  # registers the op
-    from .compile_check import CompileFallbackError
+    from ..compile_check import CompileFallbackError
 
     dtype = ops.DTYPE_BY_NAME[args.dtype]
     log = Progress()

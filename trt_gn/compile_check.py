@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import time
 
-from ..errors import EXIT_FAILED, Error
+from .errors import EXIT_FAILED, Error
 
 RECOMPILE_LIMIT = 1024
 
