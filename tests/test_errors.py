@@ -12,8 +12,9 @@ import pytest
 import trt_gn
 from trt_gn import _lib, errors
 
-# Modules whose import needs what a CPU machine may lack, or that run inside another program.
-NOT_HERE = {"trt_gn.triton_models.onnxruntime_model", "trt_gn.cli.__main__"}
+# Modules whose import needs what a CPU machine may lack, or that run inside another program:
+# the Triton models run inside Triton's Python backend, where their errors become Triton's answers.
+NOT_HERE = {"trt_gn.triton_models.onnxruntime_model", "trt_gn.triton_models.torch_model", "trt_gn.cli.__main__"}
 
 
 def _exception_classes():

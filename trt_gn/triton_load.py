@@ -50,6 +50,8 @@ import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .errors import EXIT_FAILED, Error
+
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ITEM_SIZE = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8, "INT32": 4, "INT64": 8, "INT8": 1, "UINT8": 1}
 CONFIG_TO_WIRE = {"TYPE_FP16": "FP16", "TYPE_BF16": "BF16", "TYPE_FP32": "FP32", "TYPE_FP64": "FP64",
@@ -57,17 +59,20 @@ CONFIG_TO_WIRE = {"TYPE_FP16": "FP16", "TYPE_BF16": "BF16", "TYPE_FP32": "FP32",
 STUB = b"triton_python_backend_stub"
 
 
-class LoadError(RuntimeError):
+class LoadError(Error):
     """The driver cannot do what it was asked (bad URL, model not served, a check that needs a server)."""
 
+    exit_code = EXIT_FAILED
 
-class InferError(RuntimeError):
+
+class InferError(Error):
     """The server answered an inference request with an error (``status``: HTTP status, 0 if none)."""
+
+    exit_code = EXIT_FAILED
 
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-        self.message = message
 
 
 @dataclass
