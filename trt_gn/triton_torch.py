@@ -75,9 +75,6 @@ class TorchRepositoryResult:
     parameters: dict
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def server_command(self) -> str:
-        return f"tritonserver --model-repository={self.model_dir.parent}"
 
 
 def recipe_io(recipe_name: str, dtype: str, latent_size: int | None = None) -> tuple[list, list]:

@@ -145,9 +145,9 @@ def _run_python(args, model: str, options) -> int:
     return 0
 
 
-def _print_python_serving(repository: str) -> None:
+def _print_python_serving(repository: str, container_needs: str = "numpy and onnxruntime") -> None:
     """How to serve a Python-backend repository: `trt-gn serve`, the same command by hand with the
-    server found here, and the command for NVIDIA's container."""
+    server found here, and the command for NVIDIA's container (whose Python needs `container_needs`)."""
     from .. import tritonserver
 
     print(f"serve it with:\n  trt-gn serve {repository}")
@@ -159,5 +159,5 @@ def _print_python_serving(repository: str) -> None:
         print(f"which runs the tritonserver in {server.home}:\n  {by_hand}")
     except tritonserver.ServerError as exc:
         print(f"note: it cannot run here yet: {exc.message}" + (f" ({exc.hint})" if exc.hint else ""))
-    print(f"or in NVIDIA's Triton container, whose Python then needs numpy and onnxruntime:\n"
+    print(f"or in NVIDIA's Triton container, whose Python then needs {container_needs}:\n"
           f"  {tritonserver.container_command(repository)}")

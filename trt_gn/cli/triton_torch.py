@@ -79,5 +79,7 @@ def run(args, options) -> int:
     p = result.parameters
     print(f"wrote {result.model_dir} (PyTorch {p['recipe']}, {p['variant']}, {p['dtype']}, Python backend; "
           f"max_batch_size {result.max_batch_size})")
-    print(f"serve it with:\n  {result.server_command}")
+    from .triton import _print_python_serving
+
+    _print_python_serving(args.repository, "torch, diffusers and trt_gn at the paths of the config")
     return 0
