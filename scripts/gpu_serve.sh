@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # trt_gn's PyTorch models served by a real Triton server on the GPU machine (one or two H100/H200,
-# no internet), driven by trt_gn/triton_load.py; results and logs under $OUT.
+# no internet), driven by trt_gn/lab/triton_load.py; results and logs under $OUT.
 #
 #   bash scripts/gpu_serve.sh [table] [faults] [scale]      (default: all three)
 #
@@ -182,7 +182,7 @@ smi_stop() { kill "$(cat "$WORK/smi.pid")" 2>/dev/null; }
 stage_table() {
   ready vae_stock vae_trt_gn || return 0
   say "images of both models against a float32 reference"
-  python3 -m trt_gn.triton_load compare --url "$URL" --model vae_stock --model vae_trt_gn --recipe "$RECIPE" \
+  python3 -m trt_gn.lab.triton_load compare --url "$URL" --model vae_stock --model vae_trt_gn --recipe "$RECIPE" \
     --out "$OUT/compare.json" >"$LOGS/compare.log" 2>&1 || { tail -20 "$LOGS/compare.log"; }
   python3 -c "import json; r = json.load(open('$OUT/compare.json')); print({k: {a: f'{b:.3g}' for a, b in v.items()} for k, v in r['models'].items()}, 'between', {a: f'{b:.3g}' for a, b in r['between'].items()})" \
     2>&1 | tee -a "$OUT/summary.txt"
@@ -190,7 +190,7 @@ stage_table() {
   budget=$(( ($(left) - 30) / 10 - 4 ))  # 10 measurements, each with its warm-up and reference requests
   if [ "$budget" -lt "$secs" ]; then secs=$budget; say "budget: $secs s recorded per measurement instead of $STAGE_SECONDS"; fi
   say "load: concurrency 1 2 4 8 16, $secs s each after 3 s of warm-up"
-  python3 -m trt_gn.triton_load load --url "$URL" --model vae_stock --model vae_trt_gn --concurrency 1,2,4,8,16 \
+  python3 -m trt_gn.lab.triton_load load --url "$URL" --model vae_stock --model vae_trt_gn --concurrency 1,2,4,8,16 \
     --seconds "$secs" --warmup 3 --out "$OUT/load.csv" 2>&1 | tee -a "$OUT/summary.txt"
   batch_sizes table
 }
@@ -198,7 +198,7 @@ stage_table() {
 batch_sizes() {  # TAG: requests per model execution since the server started (Triton's /metrics)
   python3 - "127.0.0.1:$((HTTP + 2))" <<'PY' 2>&1 | tee "$LOGS/metrics-$1.txt" | grep "mean batch" | tee -a "$OUT/summary.txt"
 import re, sys
-from trt_gn.triton_load import metrics
+from trt_gn.lab.triton_load import metrics
 lines = metrics(sys.argv[1])
 print("\n".join(lines))
 count = {re.search(r'model="([^"]+)"', l).group(1): float(l.split()[-1]) for l in lines if l.startswith("nv_inference_count")}
@@ -212,7 +212,7 @@ PY
 stage_faults() {
   ready vae_faults || return 0
   say "faults during a concurrency-8 load on vae_faults"
-  python3 -m trt_gn.triton_load faults --url "$URL" --model vae_faults --concurrency 8 --oom-batch 32 --kill-stub \
+  python3 -m trt_gn.lab.triton_load faults --url "$URL" --model vae_faults --concurrency 8 --oom-batch 32 --kill-stub \
     --recover-wait 10 --timeout 60 --out "$OUT/faults.json" 2>&1 | tee -a "$OUT/summary.txt"
   echo "server live: $(http_status /v2/health/live), vae_faults ready: $(http_status /v2/models/vae_faults/ready)" \
     | tee -a "$OUT/summary.txt"
@@ -226,7 +226,7 @@ stage_scale() {
     smi_start "$m"
     ( sleep 10; nvidia-smi --query-compute-apps=pid,gpu_bus_id,used_memory --format=csv,noheader >"$LOGS/apps-$m.csv" 2>&1 ) &
     apps=$!
-    python3 -m trt_gn.triton_load load --url "$URL" --model "$m" --concurrency 16 --seconds "$STAGE_SECONDS" \
+    python3 -m trt_gn.lab.triton_load load --url "$URL" --model "$m" --concurrency 16 --seconds "$STAGE_SECONDS" \
       --warmup 3 --out "$LOGS/scale-$m.csv" 2>&1 | tee -a "$OUT/summary.txt"
     smi_stop
     wait "$apps"  # (not a bare wait: the server is a child of this script too)

@@ -27,7 +27,7 @@ import torch
 import trt_gn
 import tritonserver
 from test_cli import run_warm, snapshot
-from trt_gn import triton_load
+from trt_gn.lab import triton_load
 from trt_gn.triton_models import torch_model
 from trt_gn.triton_models.torch_model import InputSpec, RequestError, check_request, group_requests
 from trt_gn.triton_torch import MODEL_TEMPLATE, TorchModelOptions, recipe_io, write_torch_repository

@@ -5,11 +5,11 @@ the JSON protocol cannot carry FP16), on the standard library's http.client, one
 connection per client thread. Only loopback addresses are accepted: this drives a server on this
 machine. numpy makes the seeded random inputs and checks the answers.
 
-    python -m trt_gn.triton_load load --url 127.0.0.1:8000 --model vae_stock --model vae_trt_gn \\
+    python -m trt_gn.lab.triton_load load --url 127.0.0.1:8000 --model vae_stock --model vae_trt_gn \\
         --concurrency 1,2,4,8,16 --seconds 30 --warmup 3 --out load.csv
-    python -m trt_gn.triton_load faults --url 127.0.0.1:8000 --model vae_faults --concurrency 8 \\
+    python -m trt_gn.lab.triton_load faults --url 127.0.0.1:8000 --model vae_faults --concurrency 8 \\
         --kill-stub --out faults.json
-    python -m trt_gn.triton_load compare --url 127.0.0.1:8000 --model vae_stock --model vae_trt_gn \\
+    python -m trt_gn.lab.triton_load compare --url 127.0.0.1:8000 --model vae_stock --model vae_trt_gn \\
         --recipe sd15-vae-decoder --out compare.json
 
 load: for each model and concurrency, `--warmup` seconds unrecorded, then `--seconds` recorded;
@@ -50,7 +50,7 @@ import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import EXIT_FAILED, Error
+from ..errors import EXIT_FAILED, Error
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ITEM_SIZE = {"FP16": 2, "BF16": 2, "FP32": 4, "FP64": 8, "INT32": 4, "INT64": 8, "INT8": 1, "UINT8": 1}
@@ -526,7 +526,7 @@ def compare(url: str, models: list, recipe: str, *, seed: int, payloads: int, ti
     import numpy as np
     import torch
 
-    from .onnx.recipes import build
+    from ..onnx.recipes import build
 
     client = Client(url, timeout)
     ios = [model_io(client, m) for m in models]
@@ -587,7 +587,7 @@ def _ints(text: str) -> list:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trt_gn.triton_load", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m trt_gn.lab.triton_load", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
