@@ -934,6 +934,26 @@ def test_interrupt_right_after_the_staging_folder_is_made(tmp_path, monkeypatch)
     assert sent and snapshot(tmp_path) == before
 
 
+def test_interrupt_during_the_staging_cleanup_still_removes_it(tmp_path, monkeypatch):
+    """A signal handled inside the cleanup (it came during a long C call, whose end does not run the
+    handler) does not cut the removal of the staging folder short: it is re-raised after it."""
+    real_unlink, raised = os.unlink, []
+
+    def unlink_interrupted(*args, **kwargs):
+        if not raised:
+            raised.append(args[0])
+            raise KeyboardInterrupt
+        return real_unlink(*args, **kwargs)
+
+    with pytest.raises(KeyboardInterrupt):
+        with fileio.staging_folder(tmp_path, "out.onnx") as stage:
+            for name in ("out.onnx", "out.onnx.data"):
+                (stage / name).write_bytes(b"x")
+            monkeypatch.setattr(os, "unlink", unlink_interrupted)
+            raise KeyboardInterrupt
+    assert raised and list(tmp_path.iterdir()) == []
+
+
 def test_interrupt_between_data_and_model_publish(tmp_path, monkeypatch):
     """An interrupt after the data file is published waits for the model file: the output is a
     whole pair, never a data file alone."""

@@ -200,7 +200,23 @@ def staging_folder(parent: str | os.PathLike, name: str):
         yield stage
     finally:
         if stage is not None:
-            shutil.rmtree(stage, ignore_errors=True)
+            remove_tree(stage)
+
+
+def remove_tree(path: Path) -> None:
+    """shutil.rmtree that an interrupt cannot cut short. A signal that came during a C call (a long
+    write) is handled at the next bytecode, which may be inside the removal: the removal is then
+    finished, and the interrupt raised after it."""
+    interrupted = None
+    with interrupts_deferred():
+        while True:
+            try:
+                shutil.rmtree(path, ignore_errors=True)
+                break
+            except KeyboardInterrupt as exc:
+                interrupted = interrupted or exc
+    if interrupted is not None:
+        raise interrupted
 
 
 def pause_before_publish() -> None:
@@ -289,4 +305,4 @@ def publish_folder(staged: str | os.PathLike, target: str | os.PathLike, *, repl
             os.rename(aside / "previous", target)
             raise
     finally:
-        shutil.rmtree(aside, ignore_errors=True)
+        remove_tree(aside)
