@@ -188,6 +188,9 @@ stage_table() {
     2>&1 | tee -a "$OUT/summary.txt"
   local secs=$STAGE_SECONDS budget
   budget=$(( ($(left) - 30) / 10 - 4 ))  # 10 measurements, each with its warm-up and reference requests
+  if [ "$budget" -lt 1 ]; then
+    say "budget: $(left) s left, too little for the load table's 10 measurements: not measured"; status=1; return 0
+  fi
   if [ "$budget" -lt "$secs" ]; then secs=$budget; say "budget: $secs s recorded per measurement instead of $STAGE_SECONDS"; fi
   say "load: concurrency 1 2 4 8 16, $secs s each after 3 s of warm-up"
   python3 -m trt_gn.lab.triton_load load --url "$URL" --model vae_stock --model vae_trt_gn --concurrency 1,2,4,8,16 \
@@ -254,6 +257,7 @@ PY
   batch_sizes scale
 }
 
+status=0  # 1 where a stage could not run as asked
 stages=${*:-table faults scale}
 if [ "$stages" = stop ]; then stop_server; exit 0; fi
 say "gpu_serve: stages $stages, budget ${BUDGET_S:-560} s"
@@ -281,3 +285,4 @@ done
 grep -E "^[EW][0-9]{4}" "$LOGS/server.log" | grep -v "Exit timeout" | tail -40 >"$LOGS/server-warnings.log"
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2>/dev/null
 say "done (server left running: pid $(server_pid))"
+exit "$status"

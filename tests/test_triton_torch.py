@@ -397,3 +397,16 @@ def test_served_on_the_gpu_of_its_instance(tmp_path):
     x = torch.from_numpy(triton_load.to_float32(pays[0][0]).reshape(1, 4, 16, 16)).half()
     want = model.run_requests([({"latent": x}, 1)])[0].float().numpy().reshape(-1)
     assert float(abs(triton_load.to_float32(got) - want).max()) <= 0.02
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seconds", "-2"], "argument --seconds: '-2': give seconds > 0"),
+    (["--seconds", "0"], "argument --seconds: '0': give seconds > 0"),
+    (["--warmup", "nan"], "argument --warmup: 'nan': give seconds >= 0"),
+    (["--seconds", "x"], "argument --seconds: 'x' is not a number of seconds"),
+])
+def test_the_load_driver_refuses_durations_it_cannot_measure(args, message):
+    proc = subprocess.run([sys.executable, "-m", "trt_gn.lab.triton_load", "load", "--url", "127.0.0.1:1",
+                           "--model", "m", *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == f"python -m trt_gn.lab.triton_load load: error: {message}"

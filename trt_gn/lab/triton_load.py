@@ -586,6 +586,19 @@ def _ints(text: str) -> list:
     return values
 
 
+def _seconds(minimum: float, strict: bool):
+    """argparse type: a number of seconds > minimum (strict) or >= minimum."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+        if not (value > minimum if strict else value >= minimum) or value != value:
+            raise argparse.ArgumentTypeError(f"'{text}': give seconds {'>' if strict else '>='} {minimum:g}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trt_gn.lab.triton_load", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -597,8 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--out", required=True, help="file written with the results")
     p = sub.add_parser("load", parents=[common], help="throughput and latency at several concurrencies")
     p.add_argument("--concurrency", type=_ints, default=[1, 2, 4, 8, 16])
-    p.add_argument("--seconds", type=float, default=30.0, help="recorded seconds per concurrency (default: 30)")
-    p.add_argument("--warmup", type=float, default=3.0, help="unrecorded seconds before (default: 3)")
+    p.add_argument("--seconds", type=_seconds(0, strict=True), default=30.0, help="recorded seconds per concurrency (default: 30)")
+    p.add_argument("--warmup", type=_seconds(0, strict=False), default=3.0, help="unrecorded seconds before (default: 3)")
     p.add_argument("--payloads", type=int, default=8, help="distinct seeded inputs (default: 8)")
     p.add_argument("--atol", type=float, default=0.05, help="largest |answer - reference| (default: 0.05)")
     p = sub.add_parser("faults", parents=[common], help="bad requests, hang-ups and a killed stub under load")
