@@ -140,6 +140,8 @@ PY
       # trt_gn/lab/vae_decode.py, one run each of VAE_RUNS (default: the 512 and 1024 VAE decodes and
       # the SD 1.5 UNet step), every variant eager, torch.compile and reduce-overhead, timed then
       # profiled: $OUT/vae-<run>.{csv,md,log}. A run gets VAE_TIMEOUT seconds; VAE_ARGS adds options.
+      # Six compiles a run: where the three do not fit one call of the device machine, VAE_RUNS=512, then
+      # VAE_RUNS="1024 unet" (or one each).
       for run in ${VAE_RUNS:-512 1024 unet}; do
         case $run in
           unet) what=(--model unet) ;;
