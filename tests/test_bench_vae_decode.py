@@ -376,3 +376,20 @@ def test_unet_step_eager_variants_on_the_tiny_unet():
     assert [r.variant for r in rows] == ["stock eager NCHW", "stock eager channels_last", "trt_gn eager channels_last"]
     assert all(r.resolution == "16x16 latents" and r.latents == "2x4x16x16" and r.recipe == "tiny-unet" for r in rows)
     assert rows[0].max_abs_diff == 0.0 and all(0.0 <= r.max_abs_diff < 1e-3 for r in rows)
+
+
+def test_reduce_overhead_without_cuda_graphs_is_counted():
+    """What bench_resolution checks after a reduce-overhead variant: Inductor counts a graph it runs
+    without CUDA graphs (here: a CPU graph) as a cudagraph skip."""
+    from trt_gn.compile_check import CheckedCompile, raised_recompile_limits
+
+    torch._dynamo.reset()
+    skips = vae.cudagraph_skips()
+    try:
+        with vae.cudagraphs_or_error("reduce-overhead"), raised_recompile_limits():
+            checked = CheckedCompile(lambda x: torch.sin(x) * 2, "sin", mode="reduce-overhead")
+            out = checked.first_call(torch.ones(8))
+    finally:
+        torch._dynamo.reset()
+    assert checked.graphs == 1 and torch.equal(out, torch.sin(torch.ones(8)) * 2)
+    assert vae.cudagraph_skips() == skips + 1
