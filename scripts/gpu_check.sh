@@ -137,8 +137,21 @@ PY
             --out "$OUT/host-$impl.csv" 2>&1 | tee "$OUT/host-$impl.log" | grep -v "round [0-9]" || rc=1
       done ;;
     vae)
-      timeout ${VAE_TIMEOUT:-420} python3 -m trt_gn.lab.vae_decode --out "$OUT/vae.csv" ${VAE_ARGS:-} 2>&1 \
-        | tee "$OUT/vae.log" | tail -40 || rc=1 ;;
+      # trt_gn/lab/vae_decode.py, one run each of VAE_RUNS (default: the 512 and 1024 VAE decodes and
+      # the SD 1.5 UNet step), every variant eager, torch.compile and reduce-overhead, timed then
+      # profiled: $OUT/vae-<run>.{csv,md,log}. A run gets VAE_TIMEOUT seconds; VAE_ARGS adds options.
+      # Six compiles a run: where the three do not fit one call of the device machine, VAE_RUNS=512, then
+      # VAE_RUNS="1024 unet" (or one each).
+      for run in ${VAE_RUNS:-512 1024 unet}; do
+        case $run in
+          unet) what=(--model unet) ;;
+          *) what=(--model vae --resolutions "$run") ;;
+        esac
+        echo "vae_decode $run:"
+        timeout ${VAE_TIMEOUT:-540} python3 -m trt_gn.lab.vae_decode "${what[@]}" --modes default,reduce-overhead \
+            --out "$OUT/vae-$run.csv" --markdown "$OUT/vae-$run.md" ${VAE_ARGS:-} 2>&1 \
+          | tee "$OUT/vae-$run.log" | grep -v "^\[" | tail -30 || rc=1
+      done ;;
   esac
 done
 exit $rc

@@ -66,7 +66,8 @@ class CheckedCompile:
     `compile_s` (wall time of the first call) describe the compile.
     """
 
-    def __init__(self, fn, name: str, *, backend: str = "inductor", fullgraph: bool = True, dynamic: bool = False):
+    def __init__(self, fn, name: str, *, backend: str = "inductor", fullgraph: bool = True, dynamic: bool = False,
+                 mode: str | None = None):
         import torch
         from torch._dynamo import lookup_backend
 
@@ -75,11 +76,21 @@ class CheckedCompile:
         self.graph_breaks = 0
         self.compile_s = 0.0
         self._settled: int | None = None
-        inner = lookup_backend(backend)
+        if mode not in (None, "default"):
+            # what torch.compile(mode=...) builds: Inductor with the mode's options (reduce-overhead:
+            # CUDA graphs); other backends take no mode
+            if backend != "inductor":
+                raise ValueError(f"mode {mode!r} needs the inductor backend, not {backend!r}")
+            inner = torch._TorchCompileInductorWrapper(mode, None, dynamic)
+        else:
+            inner = lookup_backend(backend)
 
         def counting_backend(gm, example_inputs):
             self.graphs += 1
             return inner(gm, example_inputs)
+
+        if hasattr(inner, "reset"):  # dynamo's reset() resets the backends it has seen (CUDA graph trees)
+            counting_backend.reset = inner.reset
 
         self._compiled = torch.compile(fn, backend=counting_backend, fullgraph=fullgraph, dynamic=dynamic)
 
