@@ -618,7 +618,8 @@ def main(argv=None) -> int:
               f"wall: median GPU time (CUDA events) of {args.iters} calls after {args.warmup} untimed, no profiler; "
               + (f"kernel time: torch.profiler over {args.profile_iters} further calls, ms a call by kind; "
                  "GPU idle = wall - kernel time" if args.profile_iters else "no profiled pass"),
-              f"trt_gn torch.compile fusion passes: {passes if args.compile else 'no compiled variant'}"]
+              f"trt_gn torch.compile fusion passes: {passes if args.compile else 'no compiled variant'}",
+              f"trt_gn op: {ops.implementation()}"]
     text = report(rows, header)
     print(text, end="")
     if args.out is not None:
