@@ -80,13 +80,16 @@ for s in $stages; do
         python3 -c "import sys, numpy, onnx, torch; print(f'python {sys.version.split()[0]}, torch {torch.__version__},'
                     f' onnx {onnx.__version__}, numpy {numpy.__version__}')" 2>&1
         if [ $suite_rc -eq 124 ]; then
-          echo "stopped by SUITE_TIMEOUT after $(( $(date +%s) - t0 )) s: no summary line"
+          echo "stopped by SUITE_TIMEOUT after $(( $(date +%s) - t0 )) s: no summary line; the log ends:"
+          tail -3 "$OUT/suite.log"
+        elif grep -q "short test summary info" "$OUT/suite.log"; then
+          sed -n '/short test summary info/,$p' "$OUT/suite.log"  # its list, then the summary line
         else
-          sed -n '/short test summary info/,$p' "$OUT/suite.log"
+          tail -1 "$OUT/suite.log"
         fi
         echo "pytest exit $suite_rc"
       } >"$OUT/suite-summary.txt"
-      grep -E "^(FAILED|ERROR)|^=+ .* in [0-9.]+s|SUITE_TIMEOUT|pytest exit" "$OUT/suite-summary.txt"
+      grep -E "^(FAILED|ERROR) " "$OUT/suite-summary.txt"; tail -2 "$OUT/suite-summary.txt"
       [ $suite_rc -eq 0 ] || rc=1 ;;
     fuzz)
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
@@ -111,12 +114,15 @@ for s in $stages; do
       old=$(python3 -m trt_gn.lab.ab --variant old="$old_src" --build-only \
             --out /tmp/plans-ab 2>"$OUT/plans-build.log" | tail -1 | sed 's/^old: //')
       [ -f "$old" ] || { echo "plans: no old build: $(tail -3 "$OUT/plans-build.log")"; rc=1; continue; }
+      # Each dump is written afresh and compared only when both were: never an earlier run's.
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
-        TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed \
-          --plans /tmp/plans-old-$seed.csv | tail -1
-        python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed --plans /tmp/plans-new-$seed.csv \
-          | tail -1
-        python3 -m trt_gn.lab.compare_plans /tmp/plans-old-$seed.csv /tmp/plans-new-$seed.csv | tail -13 || rc=1
+        rm -f "/tmp/plans-old-$seed.csv" "/tmp/plans-new-$seed.csv"
+        { TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.cli fuzz --plans-only --cases "${FUZZ_CASES:-10000}" \
+            --seed "$seed" --plans "/tmp/plans-old-$seed.csv" | tail -1 \
+          && python3 -m trt_gn.cli fuzz --plans-only --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
+            --plans "/tmp/plans-new-$seed.csv" | tail -1 \
+          && python3 -m trt_gn.lab.compare_plans "/tmp/plans-old-$seed.csv" "/tmp/plans-new-$seed.csv" | tail -13; } \
+          || { echo "plans seed $seed: failed"; rc=1; }
       done ;;
     ab)
       old_src=$(old_variant ab) || { rc=1; continue; }
