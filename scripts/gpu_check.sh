@@ -3,13 +3,18 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host]
+#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
+# suite: the README's test command, whole; its summary line and every failure, error and skip
+# with its reason in $OUT/suite-summary.txt (SUITE_TIMEOUT, default 480 s; SUITE_ARGS adds options).
 # fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
-# plans: AB_OLD's plans against the working tree's on the fuzz cases (described, not run).
-# ab: trt_gn/lab/ab.py, AB_OLD (a revision, a folder holding plugin_src/ or a .so) against
-# the working tree, on the shape list (AB_ARGS adds options).
+# plans: the old variant's plans against the working tree's on the fuzz cases (described, not run).
+# ab: trt_gn/lab/ab.py, the old variant against the working tree, on the shape list (AB_ARGS adds
+# options).
+# The old variant of plans and ab: AB_OLD_SRC, a folder holding plugin_src/ (where no .git folder
+# is, as on the device machine: `bash scripts/stage_old_source.sh REV` stages one in .carry/old-src,
+# to be carried), or AB_OLD, a git revision (needs .git), a folder or a built .so.
 # host: the op's host time per call against stock PyTorch's (trt_gn/lab/host_overhead.py), with its
 # C++ implementation (built for this torch first) and with its Python one.
 #
@@ -37,12 +42,55 @@ export TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu/libtrt_gn_kernels.so
 export TRT_GN_EXPECT_PTX_ARCH=90  # tests/gpu/test_gpu_runtime.py::test_kernels_ptx_arch
 export TRT_GN_PLUGIN_BUILD_DIR=$PWD/build-gpu/plugin
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# The old variant of the plans and ab stages (see the top), printed; says why not otherwise.
+old_variant() {
+  if [ -n "${AB_OLD_SRC:-}" ] && [ -n "${AB_OLD:-}" ]; then
+    echo "$1: AB_OLD_SRC and AB_OLD are both set: set one" >&2; return 1
+  elif [ -n "${AB_OLD_SRC:-}" ]; then
+    [ -f "$AB_OLD_SRC/plugin_src/CMakeLists.txt" ] || {
+      echo "$1: AB_OLD_SRC=$AB_OLD_SRC holds no plugin_src/CMakeLists.txt (stage one with" \
+           "scripts/stage_old_source.sh REV and carry it)" >&2; return 1; }
+    echo "$1: old = $AB_OLD_SRC, commit $(cat "$AB_OLD_SRC/.commit" 2>/dev/null || echo "not recorded")" >&2
+    echo "$AB_OLD_SRC"
+  elif [ -n "${AB_OLD:-}" ]; then
+    echo "$AB_OLD"
+  else
+    echo "$1: no old variant: set AB_OLD_SRC (a folder from scripts/stage_old_source.sh REV) or AB_OLD" >&2
+    return 1
+  fi
+}
+
 rc=0
 for s in $stages; do
   echo "=== $s"
   case $s in
     tests)
       timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider ${TESTS:-tests} -rs 2>&1 | tee "$OUT/tests.log" | tail -25 || rc=1 ;;
+    suite)
+      # The README's test command as written there (tests/test_ci.py holds .ci/run to the same
+      # line), with failures and errors listed beside its skips.
+      read -ra cmd <<<"$(awk '/^## Test$/ {t = 1} t && /^```bash$/ {getline; print; exit}' README.md)"
+      [ "${cmd[*]:0:4}" = "python3 -P -m pytest" ] || { echo "suite: no test command in README.md"; rc=1; continue; }
+      t0=$(date +%s)
+      # shellcheck disable=SC2086  # SUITE_ARGS: options, split as words
+      timeout "${SUITE_TIMEOUT:-480}" "${cmd[@]}" -rfEs -p no:cacheprovider ${SUITE_ARGS:-} >"$OUT/suite.log" 2>&1
+      suite_rc=$?
+      {
+        echo "\$ ${cmd[*]} -rfEs -p no:cacheprovider ${SUITE_ARGS:-}"
+        python3 -c "import sys, numpy, onnx, torch; print(f'python {sys.version.split()[0]}, torch {torch.__version__},'
+                    f' onnx {onnx.__version__}, numpy {numpy.__version__}')" 2>&1
+        if [ $suite_rc -eq 124 ]; then
+          echo "stopped by SUITE_TIMEOUT after $(( $(date +%s) - t0 )) s: no summary line; the log ends:"
+          tail -3 "$OUT/suite.log"
+        elif grep -q "short test summary info" "$OUT/suite.log"; then
+          sed -n '/short test summary info/,$p' "$OUT/suite.log"  # its list, then the summary line
+        else
+          tail -1 "$OUT/suite.log"
+        fi
+        echo "pytest exit $suite_rc"
+      } >"$OUT/suite-summary.txt"
+      grep -E "^(FAILED|ERROR) " "$OUT/suite-summary.txt"; tail -2 "$OUT/suite-summary.txt"
+      [ $suite_rc -eq 0 ] || rc=1 ;;
     fuzz)
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
         timeout 300 python3 -m trt_gn.cli fuzz --cases ${FUZZ_CASES:-10000} --seed $seed --quiet >"$OUT/fuzz-$seed.log" 2>&1 \
@@ -62,18 +110,23 @@ for s in $stages; do
     plans)
       # AB_OLD's planner against the working tree's on the fuzz command's cases (plans described,
       # no kernel run): every plan must be the same.
-      old=$(python3 -m trt_gn.lab.ab --variant old=${AB_OLD:?AB_OLD names the old variant} --build-only \
+      old_src=$(old_variant plans) || { rc=1; continue; }
+      old=$(python3 -m trt_gn.lab.ab --variant old="$old_src" --build-only \
             --out /tmp/plans-ab 2>"$OUT/plans-build.log" | tail -1 | sed 's/^old: //')
       [ -f "$old" ] || { echo "plans: no old build: $(tail -3 "$OUT/plans-build.log")"; rc=1; continue; }
+      # Each dump is written afresh and compared only when both were: never an earlier run's.
       for seed in ${FUZZ_SEEDS:-1 2 3}; do
-        TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed \
-          --plans /tmp/plans-old-$seed.csv | tail -1
-        python3 -m trt_gn.cli fuzz --plans-only --cases ${FUZZ_CASES:-10000} --seed $seed --plans /tmp/plans-new-$seed.csv \
-          | tail -1
-        python3 -m trt_gn.lab.compare_plans /tmp/plans-old-$seed.csv /tmp/plans-new-$seed.csv | tail -13 || rc=1
+        rm -f "/tmp/plans-old-$seed.csv" "/tmp/plans-new-$seed.csv"
+        { TRT_GN_KERNELS_LIBRARY=$old python3 -m trt_gn.cli fuzz --plans-only --cases "${FUZZ_CASES:-10000}" \
+            --seed "$seed" --plans "/tmp/plans-old-$seed.csv" | tail -1 \
+          && python3 -m trt_gn.cli fuzz --plans-only --cases "${FUZZ_CASES:-10000}" --seed "$seed" \
+            --plans "/tmp/plans-new-$seed.csv" | tail -1 \
+          && python3 -m trt_gn.lab.compare_plans "/tmp/plans-old-$seed.csv" "/tmp/plans-new-$seed.csv" | tail -13; } \
+          || { echo "plans seed $seed: failed"; rc=1; }
       done ;;
     ab)
-      timeout ${AB_TIMEOUT:-540} python3 -m trt_gn.lab.ab --variant old=${AB_OLD:?AB_OLD names the old variant} --variant new=. \
+      old_src=$(old_variant ab) || { rc=1; continue; }
+      timeout ${AB_TIMEOUT:-540} python3 -m trt_gn.lab.ab --variant old="$old_src" --variant new=. \
           --out "$OUT/ab" ${AB_ARGS:-} 2>&1 | tee "$OUT/ab.log" | tail -50 || rc=1 ;;
     plugin)
       (cd build-gpu && timeout 240 ctest --output-on-failure 2>&1 | tee "$OUT/ctest.log" | tail -20) || rc=1

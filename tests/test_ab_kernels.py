@@ -151,3 +151,65 @@ def test_archive_reuses_one_commit_and_replaces_another(tmp_path):
     ab.archive("v", "HEAD~1", tmp_path)
     assert (src / ".commit").read_text() == parent
     assert not marker.exists()
+
+
+def test_a_revision_without_a_git_checkout_names_the_staging_script(tmp_path, monkeypatch):
+    monkeypatch.setattr(ab, "REPO", tmp_path)  # a copy of the tree without its .git folder
+    with pytest.raises(ab.AbError) as info:
+        ab.source_kind("old", "HEAD~1")
+    assert str(info.value) == (f"variant old: 'HEAD~1' is neither a directory nor a .so file, and {tmp_path} is no "
+                               "git checkout to find a revision in (scripts/stage_old_source.sh REV stages a "
+                               "revision's source as a directory)")
+
+
+@pytest.mark.parametrize("built_commit, kept", [("c0ffee", True), ("beef", False), (None, False)])
+def test_a_staged_folder_of_another_commit_is_built_afresh(tmp_path, built_commit, kept):
+    """A source folder naming its commit (.commit) reuses a build of that commit only: another
+    commit's files may predate the objects there. The build itself is made to stop at configure."""
+    if shutil.which("cmake") is None:
+        pytest.skip("cmake is not on PATH")
+    src = tmp_path / "old-src"
+    (src / "plugin_src").mkdir(parents=True)
+    (src / "plugin_src" / "CMakeLists.txt").write_text('message(FATAL_ERROR "configure stops here")\n')
+    (src / ".commit").write_text("c0ffee")
+    marker = tmp_path / "out" / "build" / "old" / "marker"
+    marker.parent.mkdir(parents=True)
+    marker.write_text("")
+    if built_commit:
+        (marker.parent / ".commit").write_text(built_commit)
+    with pytest.raises(ab.AbError, match="^variant old: the build failed"):
+        ab.build("old", src, tmp_path / "out", "90")
+    assert marker.exists() == kept
+
+
+@pytest.mark.skipif(not HAVE_GIT_CHECKOUT, reason="no git checkout here: nothing to archive")
+def test_stage_old_source(tmp_path):
+    """scripts/stage_old_source.sh writes a revision's plugin_src/ and its commit into a folder the
+    A/B tool builds from, replaces only a folder it staged, and refuses what it cannot do."""
+    script = ["bash", str(ROOT / "scripts" / "stage_old_source.sh")]
+    dest = tmp_path / "old-src"
+    proc = subprocess.run(script + ["--dest", str(dest), "HEAD"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    head = ab.git_commit("HEAD")
+    assert proc.stdout.startswith(f"staged plugin_src/ of HEAD ({head}) in {dest} (")
+    assert (dest / ".commit").read_text() == head
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "-r", "--name-only", head, "plugin_src"],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file() and p.name != ".commit") == \
+        sorted(tracked)
+    assert ab.source_kind("old", str(dest)) == "dir"
+    again = subprocess.run(script + ["--dest", str(dest), "HEAD"], capture_output=True, text=True)
+    assert again.returncode == 0 and (dest / ".commit").read_text() == head
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old-src"]  # no temporary folder left
+
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "keep").write_text("x")
+    for args, message in (
+            (["--dest", str(other), "HEAD"], f"{other} exists and was not staged by this script: it is left as it is"),
+            (["--dest", str(dest), "no-such-revision"], f"'no-such-revision' names no commit of {ROOT}"),
+            (["--dest", str(dest)], "no revision given")):
+        proc = subprocess.run(script + args, capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[0] == f"stage_old_source.sh: error: {message}"
+    assert (other / "keep").read_text() == "x" and (dest / ".commit").read_text() == head

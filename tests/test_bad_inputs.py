@@ -4,7 +4,7 @@ Each case runs in a folder of its own and asserts: the exit code of the one exit
 (trt_gn.errors), the exact first line of the message (`trt-gn <cmd>: error: ...`, or the
 exception's message for the Python API), at most one hint line after it, no traceback, every
 input file byte-for-byte unchanged (sha256) and no output at all, partial or temporary.
-The CLI cases run through test_cli's runner (forked from one warm interpreter, as `python3 -m
+The CLI cases run through cli_helpers' runner (forked from one warm interpreter, as `python3 -m
 trt_gn.cli` runs); interrupts are sent to real processes as Ctrl-C would.
 """
 

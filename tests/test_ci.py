@@ -1,7 +1,9 @@
-"""The CI script's verdict: a pytest run that collected no tests is a failure, never a pass."""
+"""The CI script's verdict: a pytest run that collected no tests is a failure, never a pass; and the
+suite's layout: test files import helper modules, never one another."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -42,3 +44,14 @@ def test_no_tests_collected_fails():
 def test_pytest_verdicts_pass_through():
     assert _verdict(0).returncode == 0
     assert _verdict(1).returncode == 1
+
+
+def test_test_files_import_only_helpers():
+    """Shared data and helpers live in helper modules (tests/cli_helpers.py, tests/op_bad_inputs.py, ...):
+    a test file, or the code it runs in a child process, imports no test file."""
+    tests = ROOT / "tests"
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+             for path in sorted(tests.rglob("*.py"))
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if re.match(r"\s*(from|import)\s+\.?test_\w*", line)]
+    assert found == []

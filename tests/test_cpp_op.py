@@ -9,10 +9,8 @@ kernels is for the life of one."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,34 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import trt_gn
-from trt_gn import ops
-
-TESTS = Path(__file__).resolve().parent
-
-
-def child(code: str, tmp_path: Path, *, own_cache: bool = True, **env) -> subprocess.CompletedProcess:
-    """Run `code` in a fresh Python, in tmp_path (so no source tree in the working folder shadows it),
-    with the trt_gn this test imported, TRT_GN_TORCH_OP unset, its cache in tmp_path/cache unless
-    `own_cache` is False, and `env` (a value of None removes the variable)."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(Path(trt_gn.__file__).parents[1]), str(TESTS)])
-    if own_cache:
-        environ["TRT_GN_CACHE_DIR"] = str(tmp_path / "cache")
-    environ.pop(ops.IMPLEMENTATION_ENV, None)
-    for key, value in env.items():
-        if value is None:
-            environ.pop(key, None)
-        else:
-            environ[key] = value
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=environ, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
-
-
-def result(proc: subprocess.CompletedProcess):
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
+from fresh_python import child, result
+from op_bad_inputs import BAD_INPUTS
 
 REPORT = """
     import json, warnings
@@ -168,7 +140,7 @@ def test_missing_ninja_says_why(tmp_path, kernels_lib):
 
 CPP_CASES = """
     import json, sys, torch
-    from test_ops import BAD_INPUTS
+    from op_bad_inputs import BAD_INPUTS
     from trt_gn import _lib, ops
     from trt_gn.reference import group_norm_act_reference
 
@@ -233,8 +205,6 @@ def test_cpp_build_registers_the_cuda_kernels(cpp_build):
 
 
 def test_cpp_kernel_raises_the_python_messages(cpp_build):
-    from test_ops import BAD_INPUTS
-
     out, _, _ = cpp_build
     assert out["bad"] == [[error.__name__, message] for _, error, message in BAD_INPUTS]
     assert out["good"] == ["RuntimeError", "group_norm_act: the CUDA kernel was given a tensor on cpu"]

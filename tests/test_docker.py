@@ -19,7 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILE = REPO / "docker" / "Dockerfile"
-SHELL_SCRIPTS = [REPO / "docker" / "entrypoint.sh", REPO / "scripts" / "build_plugin.sh"]
+SHELL_SCRIPTS = [REPO / "docker" / "entrypoint.sh", REPO / "scripts" / "build_plugin.sh",
+                 REPO / "scripts" / "stage_old_source.sh"]
 
 
 def _tool(name: str) -> str:

@@ -10,7 +10,6 @@ tested where torch sees one (skipped with the reason otherwise).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -26,7 +25,7 @@ import torch
 
 import trt_gn
 import tritonserver
-from test_cli import run_warm, snapshot
+from cli_helpers import run_warm, snapshot
 from trt_gn.lab import triton_load
 from trt_gn.triton_models import torch_model
 from trt_gn.triton_models.torch_model import InputSpec, RequestError, check_request, group_requests

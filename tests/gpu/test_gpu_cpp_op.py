@@ -17,9 +17,9 @@ from trt_gn.lab import bench
 from trt_gn.compile_check import CheckedCompile, raised_recompile_limits
 from trt_gn.reference import assert_close, group_norm_act_reference
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_cpp_op import child, result  # noqa: E402  (a fresh process with this trt_gn)
-from test_ops import BAD_INPUTS  # noqa: E402  (the CPU tests' table of bad arguments and messages)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: helpers shared with the CPU tests
+from fresh_python import child, result  # noqa: E402
+from op_bad_inputs import BAD_INPUTS, bad_cases, outcomes  # noqa: E402
 
 pytestmark = GPU
 
@@ -118,34 +118,11 @@ def test_cpp_zero_size_and_non_default_stream():
     assert_close(y, group_norm_act_reference(x, None, None, 32, 1e-6, "silu"), torch.bfloat16)
 
 
-def bad_cases(device: str) -> list[tuple]:
-    """The CPU tests' bad arguments on `device`, arguments on two devices, and an eps that passes the
-    op's checks but not the kernels library's (beyond float: TrtGnError)."""
-    cases = [tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args) for args, _, _ in BAD_INPUTS]
-    x = torch.zeros(2, 8, 4, 4, device=device)
-    cases += [(x, torch.ones(8), None, 4, 1e-5, "silu"), (x, None, torch.ones(8, dtype=torch.float16), 4, 1e-5, "none"),
-              (x, None, None, 4, 1e39, "silu")]
-    return cases
-
-
-def outcomes(cases) -> list:
-    """[exception type name, message] of each call (None where it returned)."""
-    results = []
-    for args in cases:
-        try:
-            torch.ops.trt_gn.group_norm_act(*args)
-            results.append(None)
-        except Exception as e:  # noqa: BLE001 - every exception is compared by type and message
-            results.append([type(e).__name__, str(e)])
-    return results
-
-
 def test_cpp_raises_what_the_python_implementation_raises(tmp_path):
     cpp = outcomes(bad_cases(DEVICE))
-    code = f"""
-        import json, sys
-        sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
-        from test_gpu_cpp_op import bad_cases, outcomes
+    code = """
+        import json
+        from op_bad_inputs import bad_cases, outcomes
         from trt_gn import ops
         print(json.dumps([str(ops.implementation()), outcomes(bad_cases("cuda"))]))
     """

@@ -5,8 +5,9 @@ alternated N times" are measured.
         --shapes sd15-unet-320x64,1/512/64/64/32 --dtypes fp16,bf16 --layouts nhwc,nchw --rounds 3
 
 Each variant is a git revision of this repository (its plugin_src/ is archived and built), a
-directory holding plugin_src/ (built; "." is the working tree, patched copies work too), or a
-built libtrt_gn_kernels.so. The kernels library is built for --arch with CMake, all variants at
+directory holding plugin_src/ (built; "." is the working tree, patched copies work too, and where
+no .git folder is, a revision's source staged by scripts/stage_old_source.sh), or a built
+libtrt_gn_kernels.so. The kernels library is built for --arch with CMake, all variants at
 once. Then, round after round, each variant runs in a process of its own (the library is loaded
 once a process, from TRT_GN_KERNELS_LIBRARY), the first variant of a round moving one place each
 round so that no variant always runs first. A process times every case the benchmark's way (20
@@ -107,6 +108,10 @@ def source_kind(name: str, source: str) -> str:
             raise AbError(f"variant {name}: {source} is a directory without plugin_src/CMakeLists.txt")
         return "dir"
     if git_commit(source) is None:
+        if not (REPO / ".git").exists():
+            raise AbError(f"variant {name}: {source!r} is neither a directory nor a .so file, and {REPO} is no git "
+                          "checkout to find a revision in (scripts/stage_old_source.sh REV stages a revision's "
+                          "source as a directory)")
         raise AbError(f"variant {name}: {source!r} is neither a git revision of {REPO}, a directory nor a .so file")
     return "rev"
 
@@ -138,12 +143,19 @@ def archive(name: str, rev: str, out: Path) -> Path:
 
 
 def build(name: str, src: Path, out: Path, arch: str) -> Path:
-    """Builds the kernels library of src/plugin_src into out/build/NAME; returns the library."""
+    """Builds the kernels library of src/plugin_src into out/build/NAME; returns the library.
+    A source folder that names the commit it was archived from (src/.commit: archive() and
+    scripts/stage_old_source.sh write it) is built afresh when that commit is not the one built
+    there last: its files carry the commit's time, which may be older than the objects there."""
     bdir = out / "build" / name
     log = out / "build" / f"{name}.log"
     cache = bdir / "CMakeCache.txt"
     if cache.is_file() and f"CMAKE_HOME_DIRECTORY:INTERNAL={src / 'plugin_src'}\n" not in cache.read_text():
         shutil.rmtree(bdir)  # configured for another source directory under the same name
+    commit = (src / ".commit").read_text().strip() if (src / ".commit").is_file() else None
+    built = bdir / ".commit"
+    if commit and bdir.is_dir() and (not built.is_file() or built.read_text() != commit):
+        shutil.rmtree(bdir)
     bdir.mkdir(parents=True, exist_ok=True)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     steps = (
@@ -158,6 +170,8 @@ def build(name: str, src: Path, out: Path, arch: str) -> Path:
             if subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode != 0:
                 tail = log.read_text().splitlines()[-15:]
                 raise AbError(f"variant {name}: the build failed (log: {log}):\n" + "\n".join(tail))
+    if commit:
+        built.write_text(commit)
     return bdir / LIBRARY
 
 
