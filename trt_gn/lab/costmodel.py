@@ -151,8 +151,8 @@ def read_constants(source: Path = PLANNER_SOURCE) -> Constants:
 
 
 def _number(v: float) -> str:
-    """A C++ double literal of three significant digits."""
-    text = repr(float(f"{v:.3g}"))
+    """A C++ double literal of four significant digits."""
+    text = repr(float(f"{v:.4g}"))
     return text if ("." in text or "e" in text or "inf" in text) else text + ".0"
 
 
@@ -539,7 +539,7 @@ class FitReport:
     worst: list[tuple[str, float]]  # the refitted constants' worst cases
 
 
-def fit(cases: list[Case], current: Constants, restarts: int = 6, cv_restarts: int = 2, seed: int = 0,
+def fit(cases: list[Case], current: Constants, restarts: int = 20, cv_restarts: int = 5, seed: int = 0,
         log=None) -> FitReport:
     """Refit `current` to the sweep's cases; the quality as FitReport."""
     import numpy as np
@@ -652,9 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--source", default=str(PLANNER_SOURCE), metavar="CPP",
                    help="the group_norm_plan.cpp the swept library was built from, group_norm_plan.h beside it "
                         "(default: this checkout's)")
-    f.add_argument("--restarts", type=int, default=6,
+    f.add_argument("--restarts", type=int, default=20,
                    help="random restarts of the search on the whole sweep (default: %(default)s)")
-    f.add_argument("--cv-restarts", type=int, default=2,
+    f.add_argument("--cv-restarts", type=int, default=5,
                    help="random restarts of each leave-one-shape-out fit (default: %(default)s)")
     f.add_argument("--seed", type=int, default=0, help="seed of the restarts (default: %(default)s)")
     f.add_argument("--verbose", action="store_true", help="a line on stderr as each shape is left out")
