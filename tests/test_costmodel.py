@@ -150,7 +150,7 @@ def test_fit_finds_the_known_optimum(tmp_path):
 def test_fit_command_prints_the_constants_and_the_quality(tmp_path, capsys):
     current = costmodel.read_constants(SOURCE)
     sweep = write_sweep(tmp_path / "sweep.csv", synthetic_rows(current))
-    assert costmodel.main(["fit", str(sweep)]) == 0
+    assert costmodel.main(["fit", str(sweep), "--source", str(SOURCE)]) == 0
     out = capsys.readouterr().out
     assert f"{sweep}: synthetic; 64 cases, " in out
     assert "  refitted, on the whole sweep:               0.00%" in out
@@ -166,7 +166,7 @@ def test_fit_refuses_estimates_its_formula_does_not_give(tmp_path, capsys):
     rows = synthetic_rows(current)
     rows[3]["estimate"] = f"{float(rows[3]['estimate']) + 1.0:.2f}"
     sweep = write_sweep(tmp_path / "sweep.csv", rows)
-    assert costmodel.main(["fit", str(sweep)]) == 1
+    assert costmodel.main(["fit", str(sweep), "--source", str(SOURCE)]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith(f"{costmodel.PROG} fit: error: the planner's estimates differ from {costmodel.PROG}'s "
                              f"formula with the constants of {SOURCE} on 1 of ")
@@ -175,17 +175,17 @@ def test_fit_refuses_estimates_its_formula_does_not_give(tmp_path, capsys):
 
 def test_fit_bad_inputs(tmp_path, capsys):
     missing = tmp_path / "none.csv"
-    assert costmodel.main(["fit", str(missing)]) == 2
+    assert costmodel.main(["fit", str(missing), "--source", str(SOURCE)]) == 2
     assert capsys.readouterr().err.splitlines()[0] == f"{costmodel.PROG} fit: error: {missing}: no such file"
     other = tmp_path / "bench.csv"
     other.write_text("shape,us\na,1\n")
-    assert costmodel.main(["fit", str(other)]) == 2
+    assert costmodel.main(["fit", str(other), "--source", str(SOURCE)]) == 2
     assert capsys.readouterr().err.startswith(f"{costmodel.PROG} fit: error: {other}: not a sweep CSV: no column "
                                               "device, n, c, h, w, groups, dtype, layout, path, kernel, kind")
     rows = synthetic_rows(costmodel.read_constants(SOURCE))
     rows[5]["us"] = "fast"
     bad = write_sweep(tmp_path / "bad.csv", rows)
-    assert costmodel.main(["fit", str(bad)]) == 2
+    assert costmodel.main(["fit", str(bad), "--source", str(SOURCE)]) == 2
     assert capsys.readouterr().err.splitlines()[0] == (
         f"{costmodel.PROG} fit: error: {bad}, line 7: not a row of a sweep (path, kind or a number is wrong)")
     assert costmodel.main(["fit", str(bad), "--source", str(tmp_path / "plan.cpp")]) == 2
@@ -225,3 +225,11 @@ def test_sweep_shapes():
     assert len(names) == len(set(names)) == 23
     assert {s.c // s.groups for s in costmodel.SWEEP_SHAPES} >= {10, 20, 30, 40, 60}
     assert all(s.numel * 2 <= costmodel.SWEEP_MAX_BYTES for s in costmodel.SWEEP_SHAPES)
+
+
+def test_releases_never_force_plans():
+    """The option is off unless asked for, and neither the wheel's build nor the Docker image asks."""
+    cmake = (ROOT / "plugin_src" / "CMakeLists.txt").read_text()
+    assert 'option(TRT_GN_DEBUG_PLANS "let TRTGN_FORCE_PLAN force the kernels\' plan (lab builds only)" OFF)' in cmake
+    for release in (ROOT / "pyproject.toml", ROOT / "docker" / "Dockerfile"):
+        assert "DEBUG_PLANS" not in release.read_text(), release
