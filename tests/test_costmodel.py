@@ -7,13 +7,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from trt_gn.lab import costmodel
+
+from native_build import run_plan_test
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "plugin_src" / "kernels" / "group_norm_plan.cpp"
@@ -23,17 +23,7 @@ def test_formula_matches_the_planner(tmp_path):
     """Every forced cluster plan plan_test prints (the four kinds of kernels, fp16 and fp32, both
     layouts): the Python formula with the constants read from the source gives the planner's
     estimate; and plan_test's forced-plan checks (accepted, rejected with their messages) pass."""
-    if shutil.which("cmake") is None or shutil.which("nvcc") is None:
-        pytest.skip("cmake or nvcc is not on PATH (the native project needs the CUDA toolkit to configure)")
-    build = tmp_path / "build"
-    configure = subprocess.run(
-        ["cmake", "-S", str(ROOT / "plugin_src"), "-B", str(build), "-DTRT_GN_BUILD_PLUGIN=OFF",
-         "-DTRT_GN_DEBUG_PLANS=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"], capture_output=True, text=True)
-    assert configure.returncode == 0, configure.stdout + configure.stderr
-    compiled = subprocess.run(["cmake", "--build", str(build), "--target", "trt_gn_plan_test"],
-                              capture_output=True, text=True)
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    run = subprocess.run([str(build / "trt_gn_plan_test")], capture_output=True, text=True, timeout=120)
+    run = run_plan_test(tmp_path / "build", "-DTRT_GN_DEBUG_PLANS=ON")
     lines = run.stdout.splitlines()
     assert run.returncode == 0 and lines[-1].endswith(" checks, 0 failed"), "\n".join(
         line for line in lines if not line.startswith("forced-estimate: "))
