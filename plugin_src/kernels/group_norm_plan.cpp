@@ -739,21 +739,24 @@ bool forcedError(Plan* plan, const char* text, const char* fmt, ...) {
     va_start(args, fmt);
     std::vsnprintf(forcedMessage + used, sizeof(forcedMessage) - size_t(used), fmt, args);
     va_end(args);
+    for (char* c = forcedMessage; *c; ++c)  // one line, whatever the variable holds
+        if (*c == '\n' || *c == '\r') *c = ' ';
     plan->invalid = forcedMessage;
     return false;
 }
 
 // "path=P [cluster=K vpt=V [threads=T]]", keys in any order, separated by
-// spaces; P is a name of pathName(); cluster and vpt are required for
+// white space; P is a name of pathName(); cluster and vpt are required for
 // clusters and belong to it alone, as does threads.
 bool parseForced(const char* text, ForcedPlan* f, Plan* plan) {
     bool seen[4] = {false, false, false, false};
     const char* const keys[] = {"path", "cluster", "vpt", "threads"};
+    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
     for (const char* at = text; *at;) {
-        while (*at == ' ' || *at == '\t') ++at;
+        while (space(*at)) ++at;
         if (!*at) break;
         const char* end = at;
-        while (*end && *end != ' ' && *end != '\t') ++end;
+        while (*end && !space(*end)) ++end;
         const char* eq = static_cast<const char*>(std::memchr(at, '=', size_t(end - at)));
         const int len = int(end - at);
         if (eq == nullptr || eq == at || eq + 1 == end)

@@ -286,7 +286,9 @@ Plan forced(const char* spec, const Problem& p, const Device& dev, bool explain 
 
 void checkRejected(const char* spec, const Problem& p, const Device& dev, const char* why) {
     const Plan q = forced(spec, p, dev);
-    const std::string expected = std::string("TRTGN_FORCE_PLAN=\"") + spec + "\": " + why;
+    std::string expected = std::string("TRTGN_FORCE_PLAN=\"") + spec + "\": " + why;
+    for (char& c : expected)
+        if (c == '\n') c = ' ';
     CHECK(q.invalid != nullptr && expected == q.invalid, "%s: expected \"%s\", got \"%s\" (%s)", spec,
           expected.c_str(), q.invalid ? q.invalid : "(accepted)", describe(q).c_str());
 }
@@ -378,6 +380,9 @@ void checkForcedPlans() {
     checkRejected("path=clusters vpt=8 vpt=4 cluster=2", nchw, kH100.dev, "vpt given twice");
     checkRejected("path=two-pass vpt=2", nchw, kH100.dev, "cluster=, vpt= and threads= belong to path=clusters");
     checkRejected("path clusters", nchw, kH100.dev, "\"path\" is not key=value (keys: path, cluster, vpt, threads)");
+    // Any white space separates; the message stays one line.
+    CHECK(forced("path=clusters\ncluster=4\tvpt=8\n", nchw, kH100.dev).cluster == 4, "newline-separated");
+    checkRejected("path=clusters\ncluster=four vpt=8", nchw, kH100.dev, "cluster=four is not a positive integer");
     // Unset or empty: the planner's own plan.
     setenv("TRTGN_FORCE_PLAN", "", 1);
     const Plan own = planGroupNorm(nchw, kH100.dev, queries, true);
