@@ -500,6 +500,8 @@ class Model:
         rng = np.random.default_rng(seed)
         theta0 = self.theta_of(self.start)
         lo, hi = theta0 / 1000.0, theta0 * 1000.0
+        # Only what some plan of these cases prices moves (a kind left out with its shape keeps its own).
+        active = np.flatnonzero(self.G[mask[self.case_of]].any(axis=0))
 
         def score(theta):
             return self.best_threshold(self.base + self.G @ theta, mask, self.start.threshold)[1]
@@ -509,7 +511,7 @@ class Model:
             for step in (1.0, 0.5, 0.25, 0.1, 0.05, 0.02):
                 for _ in range(40):
                     moved = False
-                    for j in range(len(theta)):
+                    for j in active:
                         for sign in (1.0, -1.0):
                             trial = theta.copy()
                             trial[j] = min(max(trial[j] * math.exp(sign * step), lo[j]), hi[j])
@@ -522,7 +524,9 @@ class Model:
 
         best, value = descend(theta0)
         for _ in range(restarts):
-            theta, v = descend(np.clip(best * np.exp(rng.normal(0.0, 0.7, len(best))), lo, hi))
+            start = best.copy()
+            start[active] = np.clip(best[active] * np.exp(rng.normal(0.0, 0.7, len(active))), lo[active], hi[active])
+            theta, v = descend(start)
             if v < value - 1e-12:
                 best, value = theta, v
         est = self.base + self.G @ best
