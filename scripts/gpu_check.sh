@@ -3,7 +3,7 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host]
+#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host] [sweep]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # suite: the README's test command, whole; its summary line and every failure, error and skip
@@ -17,6 +17,8 @@
 # to be carried), or AB_OLD, a git revision (needs .git), a folder or a built .so.
 # host: the op's host time per call against stock PyTorch's (trt_gn/lab/host_overhead.py), with its
 # C++ implementation (built for this torch first) and with its Python one.
+# sweep: the cost model's sweep (trt_gn/lab/costmodel.py) on a debug build of the kernels
+# (build-gpu-debug, -DTRT_GN_DEBUG_PLANS=ON): $OUT/sweep.csv, and the fit of it (SWEEP_ARGS adds options).
 #
 # Pure-Python test dependencies missing there travel as wheels in .whl/.
 set -uo pipefail
@@ -189,6 +191,15 @@ PY
         timeout ${HOST_TIMEOUT:-300} python3 -m trt_gn.lab.host_overhead --implementation $impl \
             --out "$OUT/host-$impl.csv" 2>&1 | tee "$OUT/host-$impl.log" | grep -v "round [0-9]" || rc=1
       done ;;
+    sweep)
+      # Every cluster plan forced in turn (TRTGN_FORCE_PLAN), which only a debug build takes.
+      cmake -S plugin_src -B build-gpu-debug -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DTRT_GN_DEBUG_PLANS=ON \
+          -DTRT_GN_BUILD_PLUGIN=OFF -DTRT_GN_BUILD_TESTS=OFF >"$OUT/cmake-debug.log" 2>&1 \
+          && cmake --build build-gpu-debug >>"$OUT/cmake-debug.log" 2>&1 || { tail -20 "$OUT/cmake-debug.log"; rc=1; continue; }
+      TRT_GN_KERNELS_LIBRARY=$PWD/build-gpu-debug/libtrt_gn_kernels.so timeout ${SWEEP_TIMEOUT:-480} \
+          python3 -m trt_gn.lab.costmodel sweep --out "$OUT/sweep.csv" ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.log" | tail -4 \
+        || { rc=1; continue; }
+      python3 -m trt_gn.lab.costmodel fit "$OUT/sweep.csv" 2>&1 | tee "$OUT/fit.log" | tail -13 || rc=1 ;;
     vae)
       # trt_gn/lab/vae_decode.py, one run each of VAE_RUNS (default: the 512 and 1024 VAE decodes and
       # the SD 1.5 UNet step), every variant eager, torch.compile and reduce-overhead, timed then

@@ -5,27 +5,15 @@ of every plan over a sweep of the input space."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from native_build import run_plan_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_planner_on_described_devices(tmp_path):
-    if shutil.which("cmake") is None or shutil.which("nvcc") is None:
-        pytest.skip("cmake or nvcc is not on PATH (the native project needs the CUDA toolkit to configure)")
-    build = tmp_path / "build"
-    configure = subprocess.run(
-        ["cmake", "-S", str(ROOT / "plugin_src"), "-B", str(build), "-DTRT_GN_BUILD_PLUGIN=OFF",
-         "-DCMAKE_CUDA_ARCHITECTURES=90"], capture_output=True, text=True)
-    assert configure.returncode == 0, configure.stdout + configure.stderr
-    compiled = subprocess.run(["cmake", "--build", str(build), "--target", "trt_gn_plan_test"],
-                              capture_output=True, text=True)
-    assert compiled.returncode == 0, compiled.stdout + compiled.stderr
-    run = subprocess.run([str(build / "trt_gn_plan_test")], capture_output=True, text=True, timeout=120)
+    run = run_plan_test(tmp_path / "build")
     lines = run.stdout.splitlines()
     assert run.returncode == 0 and lines[-1].endswith(" checks, 0 failed"), run.stdout
     assert ("1x512x128x128 fp16 NHWC on an H100: on-chip-grid gnOnChipNHWC cluster=1 split=1 vpt=0 slices=8 vec=8 "

@@ -90,6 +90,7 @@ trtgn_status_t planFor(const trtgn::Problem& q, trtgn::Plan* plan, bool explain)
     const cudaError_t e = trtgn::planOnCurrentDevice(q, plan, explain);
     if (e != cudaSuccess) return cudaFailure(e);
     if (plan->unsupported != nullptr) return fail(TRTGN_STATUS_NOT_SUPPORTED, "%s", plan->unsupported);
+    if (plan->invalid != nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "%s", plan->invalid);
     return TRTGN_STATUS_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -82,6 +83,7 @@ struct ClusterShape {
     int K = 0, vpt = 0, R = 0, threads = 0;
     int S = 1;        // blocks a group (K == 1): splitShape
     double cost = 0;  // the estimate below, in units of about 1 ns
+    bool said = false;  // a forced shape that does not fit: clusterShape wrote why
 };
 
 // The kernel a shape is for; each prices a vector and a cluster its own way.
@@ -90,6 +92,35 @@ enum class CostKind {
     kNHWCSet,     // gnFusedSet2 / gnFusedNHWC: sets of groups, per-element statistics
     kNCHW,        // gnFusedGroup, NCHW
     kNHWCNarrow,  // gnFusedGroup, NHWC, one group a pixel in 4- or 8-byte vectors
+};
+const char* const kCostKindNames[] = {"nhwc-group", "nhwc-set", "nchw", "nhwc-narrow"};
+
+// The cost model's constants, one row a CostKind, in units of about 1 ns.
+// `python -m trt_gn.lab.costmodel fit` fits them to a sweep of every
+// (K, VPT) plan, with kClustersOverGridCost, and prints this table (see
+// docs/lab/README.md, "Refitting the cost model on a new GPU").
+struct CostConstants {
+    double wave;      // a wave of clusters
+    double vector;    // a vector a thread holds, each wave
+    double data;      // a vector of the busiest SM's data, each wave
+    double thread;    // a thread of a block, each wave
+    double smThread;  // a thread the busiest SM runs, each wave
+    double cluster;   // a cluster of more than one block
+    double log2K;     // log2 of the blocks a cluster
+};
+constexpr CostConstants kCost[] = {
+    {2000.0, 300.0, 0.03, 2.8, 1.0, 500.0, 320.0},  // kNHWCGroup
+    {2000.0, 300.0, 0.03, 2.8, 1.0, 500.0, 320.0},  // kNHWCSet
+    {2000.0, 700.0, 0.03, 2.8, 1.0, 500.0, 320.0},  // kNCHW
+    {2000.0, 200.0, 0.03, 2.8, 1.0, 250.0, 500.0},  // kNHWCNarrow
+};
+
+// A plan named by TRTGN_FORCE_PLAN (builds with TRT_GN_DEBUG_PLANS only):
+// the path and, for clusters, the blocks a cluster, vectors a thread and,
+// where given, threads a block. planForced parses and plans it.
+struct ForcedPlan {
+    Path path = Path::kClusters;
+    int cluster = 0, vpt = 0, threads = 0;  // threads 0: the fewest that hold the group
 };
 
 // Chooses blocks per cluster (K), vectors per thread (VPT) and rows per
@@ -100,15 +131,16 @@ enum class CostKind {
 // busiest SM holds; threads a block (barriers over more warps) and threads
 // the busiest SM runs (more warps queue for the same memory and barriers); a
 // cluster's barrier and distributed-shared-memory stores, growing with K.
-// The constants are fitted to a sweep of every (K, VPT) plan, together with
-// kClustersOverGridCost. Narrow shapes have their own cost a vector and a
-// cluster, fitted to their own sweep: their best is mostly clusters of 2
-// for two images, which the other kinds' constants price too high.
+// The constants (kCost) are fitted to a sweep of every (K, VPT) plan,
+// together with kClustersOverGridCost. Narrow shapes have their own cost a
+// vector and a cluster: their best is mostly clusters of 2 for two images,
+// which the other kinds' constants price too high.
+// force: only the forced (K, VPT[, threads]) is considered; where it breaks
+// a rule of the loop, clusterShape says which in out->why (ok false, said).
 ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, CostKind kind,
-                          int minK = 1) {
+                          int minK = 1, const ForcedPlan* force = nullptr, Plan* out = nullptr) {
     const bool narrow = kind == CostKind::kNHWCNarrow;
-    const double perVector = kind == CostKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
-    const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
+    const CostConstants& c = kCost[int(kind)];
     const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
     ClusterShape best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
@@ -117,14 +149,32 @@ ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs
         g32 /= 2;
     }
     const int64_t rowQuantum = g32;  // 32 / gcd(lanes, 32)
+    bool forcedSeen = false;
     for (int K = minK; K <= maxK; K *= 2) {
         for (int vpt : kVptChoices) {
             if (vpt < minVpt || vpt > maxVpt) continue;
+            if (force && (K != force->cluster || vpt != force->vpt)) continue;
+            forcedSeen = true;
             const int64_t perBlock = ceilDiv(units, int64_t(K) * vpt);
-            const int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
+            int64_t R = ceilDiv(perBlock, rowQuantum) * rowQuantum;
+            if (force && force->threads) {
+                if (force->threads % (rowQuantum * lanes) != 0 || force->threads < R * lanes) {
+                    because(out, "clusters: threads=%d: this kernel's blocks hold %d threads or more here, in "
+                            "steps of %lld", force->threads, int(R * lanes), (long long)(rowQuantum * lanes));
+                    break;
+                }
+                R = force->threads / lanes;
+            }
             const int64_t threads = R * lanes;
-            if (threads > kClusterMaxThreads) continue;
-            if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
+            if (threads > kClusterMaxThreads) {
+                if (force) because(out, "clusters: cluster=%d vpt=%d needs blocks of %lld threads, over %d", K, vpt,
+                                   (long long)threads, kClusterMaxThreads);
+                continue;
+            }
+            if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) {  // a block with nothing to do
+                if (force) because(out, "clusters: cluster=%d vpt=%d leaves a block with nothing to do", K, vpt);
+                continue;
+            }
             const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
             // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
@@ -133,9 +183,9 @@ ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs
             const int64_t concurrent = std::max<int64_t>(1, K <= 2 ? slots / K : slots * 7 / (8 * K));
             const int64_t waves = ceilDiv(clusters, concurrent);
             const int64_t busy = std::min<int64_t>(bps, ceilDiv(clusters * K, numSMs));
-            const double perWave = 2000.0 + perVector * vpt + 0.03 * double(busy * threads * vpt) +
-                                   2.8 * double(threads) + 1.0 * double(busy * threads);
-            const double cost = double(waves) * perWave + (K > 1 ? perCluster : 0.0) + perLog2K * std::log2(double(K));
+            const double perWave = c.wave + c.vector * vpt + c.data * double(busy * threads * vpt) +
+                                   c.thread * double(threads) + c.smThread * double(busy * threads);
+            const double cost = double(waves) * perWave + (K > 1 ? c.cluster : 0.0) + c.log2K * std::log2(double(K));
             if (!best.ok || cost < best.cost) {
                 best.ok = true;
                 best.K = K;
@@ -145,6 +195,12 @@ ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs
                 best.cost = cost;
             }
         }
+    }
+    if (force && !best.ok) {
+        if (!forcedSeen)
+            because(out, "clusters: cluster=%d vpt=%d: this kernel takes clusters of 1 to %d blocks and %d to %d "
+                    "vectors a thread, powers of two", force->cluster, force->vpt, maxK, minVpt, maxVpt);
+        best.said = true;
     }
     return best;
 }
@@ -170,6 +226,7 @@ ClusterShape splitShape(ClusterShape s, int64_t clusters, const Device& dev) {
 }
 
 bool rejectShape(const ClusterShape& s, double maxCost, int maxK, Plan* out) {
+    if (s.said) return false;
     if (!s.ok) return because(out, "clusters: no shape holds a group in %d block%s of %d threads", maxK, maxK > 1 ? "s" : "",
                               kClusterMaxThreads);
     return because(out, "clusters: estimate %.0f not under %.0f", s.cost, maxCost);
@@ -181,7 +238,9 @@ bool rejectShape(const ClusterShape& s, double maxCost, int maxK, Plan* out) {
 //   20, 30 or 60 halves a pixel, 8 or 4 bytes;
 // - gnFusedSet2, NHWC where a 16-byte vector spans at most two groups;
 // - gnFusedNHWC, any other NHWC: a "set" is lcm(C/G, VEC) channels.
-bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out) {
+// force: that plan only, at any cost, as it is (no two blocks a group, no
+// pairs rule); a rule it breaks is said in out->why.
+bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out, const ForcedPlan* force = nullptr) {
     const int eb = elementBytes(p.dtype);
     const int VEC = 16 / eb;
     const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
@@ -215,12 +274,16 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const bool narrowGroups = p.layout == TRTGN_LAYOUT_NHWC && groupBytes % 16 != 0 && groupBytes % 4 == 0 &&
                               narrowLanes <= 32 && (narrowBytes == 8 ? narrowLanes >= 2 : eb == 2 && narrowLanes >= 8);
     // Where they have no shape under maxCost, the sets below are tried.
-    if (narrowGroups) s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow);
+    if (narrowGroups)
+        s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow, 1, force, out);
     // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
     // images) take another path.
     const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
     int groupVec = VEC;  // elements a vector of the NHWC gnFusedGroup picked
-    if (narrowGroups && s.ok && s.cost < maxCost) {
+    CostKind kind = CostKind::kNHWCNarrow;
+    int64_t costUnits = p.hw, costLanes = narrowLanes, costClusters = p.n * p.groups;  // clusterShape's inputs
+    if (narrowGroups && (force || (s.ok && s.cost < maxCost))) {
+        if (!s.ok) return rejectShape(s, maxCost, maxK, out);
         if (!fits32) return because(out, "clusters: 2^31 elements or more");
         groupVec = narrowBytes / eb;
         a.vs = int(narrowLanes);
@@ -231,10 +294,12 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     } else if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
-        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCGroup);
+        kind = CostKind::kNHWCGroup;
+        costLanes = vs;
+        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, kind, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         if (!fits32) return because(out, "clusters: 2^31 elements or more");
-        s = splitShape(s, p.n * p.groups, dev);
+        if (!force) s = splitShape(s, p.n * p.groups, dev);
         a.vs = int(vs);
         a.groupsPerN = int(p.groups);
         a.units = p.hw;
@@ -245,7 +310,10 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return because(out, "clusters: a set of over 32 vectors a pixel");
         const int64_t sets = p.c / setChannels;
-        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        kind = CostKind::kNHWCSet;
+        costLanes = vs;
+        costClusters = p.n * sets;
+        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, kind, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -266,7 +334,10 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         int vp = 1;
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
-        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        kind = CostKind::kNHWCSet;
+        costLanes = vp;
+        costClusters = p.n * sets;
+        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, kind, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -278,14 +349,17 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
         const int64_t clusters = p.n * p.groups;
-        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, CostKind::kNCHW);
+        kind = CostKind::kNCHW;
+        costUnits = units;
+        costLanes = 1;
+        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, kind, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         // Where clusters of 2 put one block on each of at least half the SMs
         // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
         // fastest on them, which the estimate, preferring clusters of 4-8 (2-4
         // blocks an SM), misses. Not for groups under 512 vectors nor fp32
         // (slower there).
-        if (eb == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
+        if (!force && eb == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
             const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, 2);
             if (pairs.ok) s = pairs;
         }
@@ -311,7 +385,11 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
 
     Plan& q = *out;
-    if (std::isinf(maxCost))
+    if (force)  // the inputs of the estimate: what the cost model's sweep records of each plan
+        because(out, "clusters: estimate %.2f of kind=%s units=%lld lanes=%lld clusters=%lld sms=%d", s.cost,
+                kCostKindNames[int(kind)], (long long)costUnits, (long long)costLanes, (long long)costClusters,
+                dev.numSMs);
+    else if (std::isinf(maxCost))
         because(out, "clusters: estimate %.0f, taken at any cost (no grid)", s.cost);
     else
         because(out, "clusters: estimate %.0f under %.0f", s.cost, maxCost);
@@ -648,6 +726,106 @@ void planTwoPass(const Problem& p, bool vectors, const Device& dev, const Kernel
     t.partialsOffset = statsBytes(p);
 }
 
+#ifdef TRTGN_DEBUG_PLANS
+// ------------------------------------------------------- forced plans ----
+
+// The message of a forced plan that is malformed or cannot run (Plan::invalid).
+thread_local char forcedMessage[512];
+
+bool forcedError(Plan* plan, const char* text, const char* fmt, ...) {
+    int used = std::snprintf(forcedMessage, sizeof(forcedMessage), "TRTGN_FORCE_PLAN=\"%s\": ", text);
+    if (used < 0 || size_t(used) >= sizeof(forcedMessage)) used = 0;
+    va_list args;
+    va_start(args, fmt);
+    std::vsnprintf(forcedMessage + used, sizeof(forcedMessage) - size_t(used), fmt, args);
+    va_end(args);
+    for (char* c = forcedMessage; *c; ++c)  // one line, whatever the variable holds
+        if (*c == '\n' || *c == '\r') *c = ' ';
+    plan->invalid = forcedMessage;
+    return false;
+}
+
+// "path=P [cluster=K vpt=V [threads=T]]", keys in any order, separated by
+// white space; P is a name of pathName(); cluster and vpt are required for
+// clusters and belong to it alone, as does threads.
+bool parseForced(const char* text, ForcedPlan* f, Plan* plan) {
+    bool seen[4] = {false, false, false, false};
+    const char* const keys[] = {"path", "cluster", "vpt", "threads"};
+    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+    for (const char* at = text; *at;) {
+        while (space(*at)) ++at;
+        if (!*at) break;
+        const char* end = at;
+        while (*end && !space(*end)) ++end;
+        const char* eq = static_cast<const char*>(std::memchr(at, '=', size_t(end - at)));
+        const int len = int(end - at);
+        if (eq == nullptr || eq == at || eq + 1 == end)
+            return forcedError(plan, text, "\"%.*s\" is not key=value (keys: path, cluster, vpt, threads)", len, at);
+        const int keyLen = int(eq - at);
+        int key = 0;
+        while (key < 4 && !(std::strlen(keys[key]) == size_t(keyLen) && std::strncmp(at, keys[key], size_t(keyLen)) == 0))
+            ++key;
+        if (key == 4) return forcedError(plan, text, "unknown key \"%.*s\" (keys: path, cluster, vpt, threads)", keyLen, at);
+        if (seen[key]) return forcedError(plan, text, "%s given twice", keys[key]);
+        seen[key] = true;
+        const char* value = eq + 1;
+        const int valueLen = int(end - value);
+        if (key == 0) {
+            int k = 0;
+            while (k < 4 && !(std::strlen(pathName(Path(k))) == size_t(valueLen) &&
+                              std::strncmp(value, pathName(Path(k)), size_t(valueLen)) == 0))
+                ++k;
+            if (k == 4)
+                return forcedError(plan, text, "unknown path \"%.*s\" (paths: clusters, on-chip-grid, streaming-grid, "
+                                   "two-pass)", valueLen, value);
+            f->path = Path(k);
+        } else {
+            long v = 0;
+            for (const char* d = value; d < end; ++d) {
+                if (*d < '0' || *d > '9' || v > 100000)
+                    return forcedError(plan, text, "%s=%.*s is not a positive integer", keys[key], valueLen, value);
+                v = v * 10 + (*d - '0');
+            }
+            if (v < 1) return forcedError(plan, text, "%s=%.*s is not a positive integer", keys[key], valueLen, value);
+            (key == 1 ? f->cluster : key == 2 ? f->vpt : f->threads) = int(v);
+        }
+        at = end;
+    }
+    if (!seen[0]) return forcedError(plan, text, "no path= (paths: clusters, on-chip-grid, streaming-grid, two-pass)");
+    if (f->path == Path::kClusters && (!seen[1] || !seen[2]))
+        return forcedError(plan, text, "path=clusters needs cluster= and vpt=");
+    if (f->path != Path::kClusters && (seen[1] || seen[2] || seen[3]))
+        return forcedError(plan, text, "cluster=, vpt= and threads= belong to path=clusters");
+    return true;
+}
+
+// The forced plan, through the same rules and launch values as any plan, or
+// Plan::invalid naming the rule it breaks. Nothing else is tried.
+void planForced(const Problem& p, const Device& dev, const KernelQueries& queries, const char* text, Plan* plan) {
+    ForcedPlan f;
+    if (!parseForced(text, &f, plan)) return;
+    plan->explain = true;  // the verdicts say why a forced plan cannot run
+    because(plan, "forced (TRTGN_FORCE_PLAN)");
+    const size_t said = std::strlen(plan->why) + 2;
+    const bool vectors = hasVectors(p);
+    bool ok = true;
+    if (f.path == Path::kTwoPass) {
+        planTwoPass(p, vectors, dev, queries, plan);
+    } else if (!vectors) {
+        ok = because(plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, "
+                     "multiples of %d)", 16 / elementBytes(p.dtype));
+    } else if (f.path == Path::kClusters) {
+        ok = planClusters(p, dev, std::numeric_limits<double>::infinity(), plan, &f);
+    } else {
+        ok = planGrid(p, dev, queries, plan);
+        if (ok && plan->path != f.path)
+            ok = because(plan, "so %s, not %s", pathName(plan->path), pathName(f.path));
+    }
+    if (plan->error != cudaSuccess || plan->unsupported != nullptr) return;
+    if (!ok) forcedError(plan, text, "cannot run on this problem: %s", plan->why + std::min(said, std::strlen(plan->why)));
+}
+#endif
+
 }  // namespace
 
 const char* pathName(Path p) {
@@ -666,6 +844,12 @@ Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& que
     Plan plan;
     plan.problem = p;
     plan.explain = explain;
+#ifdef TRTGN_DEBUG_PLANS
+    if (const char* force = std::getenv("TRTGN_FORCE_PLAN"); force != nullptr && force[0] != '\0') {
+        planForced(p, dev, queries, force, &plan);
+        return plan;
+    }
+#endif
     const bool vectors = hasVectors(p);
     if (!vectors) {
         because(&plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",

@@ -86,6 +86,7 @@ struct TwoPassPlan {
 struct Plan {
     cudaError_t error = cudaSuccess;  // a query of KernelQueries failed: nothing to launch
     const char* unsupported = nullptr;  // else why no launch fits the problem: nothing to launch
+    const char* invalid = nullptr;      // else why TRTGN_FORCE_PLAN's plan is malformed or cannot run
     Path path = Path::kTwoPass;
     Problem problem{};
     // What trtgn_describe_plan reports.
@@ -117,6 +118,10 @@ struct Plan {
 // Paths 1-3 need 16-byte vectors (aligned pointers; NHWC: C and the channel
 // stride multiples of the vector; NCHW: H*W a multiple of it).
 // explain: also write Plan::why (text formatting a launch need not pay for).
+// Built with TRT_GN_DEBUG_PLANS (a CMake option, off in every release), a
+// non-empty TRTGN_FORCE_PLAN ("path=clusters cluster=4 vpt=8 [threads=256]",
+// "path=on-chip-grid", ...) names the plan instead: planned by the same
+// rules, why= starting "forced (TRTGN_FORCE_PLAN)", or Plan::invalid.
 Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& queries, bool explain);
 
 // The cluster plans' estimated cost above which the on-chip grid is faster

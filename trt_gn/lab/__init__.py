@@ -8,6 +8,7 @@
   host_overhead  python -m trt_gn.lab.host_overhead: the op's host time per call vs stock PyTorch
   vae_decode     python -m trt_gn.lab.vae_decode: end-to-end VAE decode, stock vs trt_gn
   triton_load    python -m trt_gn.lab.triton_load: a local Triton server under load and faults
+  costmodel      python -m trt_gn.lab.costmodel: the planner's cost model swept on a GPU and refitted
   shapes         the benchmark shape list
 
 Every tool needs a CUDA GPU to measure (trt_gn.compile_check, which the served PyTorch model

@@ -5,6 +5,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -272,6 +273,151 @@ void sweep(const NamedDevice& d, int cases, uint64_t seed) {
     }
 }
 
+#ifdef TRTGN_DEBUG_PLANS
+// ---- forced plans (TRTGN_FORCE_PLAN, builds with TRT_GN_DEBUG_PLANS) ----
+
+Plan forced(const char* spec, const Problem& p, const Device& dev, bool explain = true) {
+    const Sm90Queries queries;
+    setenv("TRTGN_FORCE_PLAN", spec, 1);
+    const Plan q = planGroupNorm(p, dev, queries, explain);
+    unsetenv("TRTGN_FORCE_PLAN");
+    return q;
+}
+
+void checkRejected(const char* spec, const Problem& p, const Device& dev, const char* why) {
+    const Plan q = forced(spec, p, dev);
+    std::string expected = std::string("TRTGN_FORCE_PLAN=\"") + spec + "\": " + why;
+    for (char& c : expected)
+        if (c == '\n') c = ' ';
+    CHECK(q.invalid != nullptr && expected == q.invalid, "%s: expected \"%s\", got \"%s\" (%s)", spec,
+          expected.c_str(), q.invalid ? q.invalid : "(accepted)", describe(q).c_str());
+}
+
+void checkForcedPlans() {
+    const Sm90Queries queries;
+    int pathCount[4] = {0, 0, 0, 0};
+    // sd15-unet-640x32 NCHW fp16: 2560 vectors a group, 64 clusters.
+    const Problem nchw = problem(2, 640, 32, 32, 32, TRTGN_DTYPE_FLOAT16, NCHW);
+    {
+        const Plan q = forced("path=clusters cluster=4 vpt=8", nchw, kH100.dev);
+        CHECK(q.invalid == nullptr && q.path == Path::kClusters && q.cluster == 4 && q.vpt == 8 && q.threads == 96,
+              "forced 4 x 8: %s %s", q.invalid ? q.invalid : "", describe(q).c_str());
+        CHECK(std::strcmp(q.why, "forced (TRTGN_FORCE_PLAN); clusters: estimate 9246.88 of kind=nchw units=2560 "
+                                 "lanes=1 clusters=64 sms=132") == 0, "forced 4 x 8: why %s", q.why);
+        checkInvariants(kH100, nchw, q, pathCount);
+        // The launch's plan (no text asked for) is the same plan.
+        const Plan l = forced("path=clusters cluster=4 vpt=8", nchw, kH100.dev, false);
+        CHECK(l.invalid == nullptr && l.cluster == 4 && l.vpt == 8 && l.threads == q.threads && l.gridX == q.gridX,
+              "forced launch plan %s", describe(l).c_str());
+    }
+    // Forcing the plan the planner picks gives every launch value it computes.
+    {
+        const Plan own = planGroupNorm(nchw, kH100.dev, queries, true);
+        char spec[64];
+        std::snprintf(spec, sizeof(spec), "path=clusters cluster=%d vpt=%d threads=%d", own.cluster, own.vpt,
+                      own.threads);
+        const Plan q = forced(spec, nchw, kH100.dev);
+        const ClusterArgs &a = own.clusters.args, &b = q.clusters.args;
+        CHECK(q.invalid == nullptr && own.path == Path::kClusters && q.gridX == own.gridX && q.gridY == own.gridY &&
+                  q.threads == own.threads && q.clusters.kernel == own.clusters.kernel && a.R == b.R && a.K == b.K &&
+                  a.log2K == b.log2K && a.log2S == b.log2S && a.units == b.units && a.exact == b.exact &&
+                  a.unitStep == b.unitStep && a.rankStep32 == b.rankStep32 && a.rowMagic == b.rowMagic,
+              "%s: planned %s, forced %s", spec, describe(own).c_str(), describe(q).c_str());
+    }
+    // More threads than the fewest: whole warps, the rows of the group spread thinner.
+    {
+        const Plan q = forced("path=clusters cluster=2 vpt=4 threads=512", nchw, kH100.dev);
+        CHECK(q.invalid == nullptr && q.threads == 512 && q.clusters.args.R == 512 && !q.clusters.args.exact,
+              "threads=512: %s", describe(q).c_str());
+    }
+    {
+        const Problem big = problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC);
+        const Plan g = forced("path=on-chip-grid", big, kH100.dev);
+        CHECK(g.invalid == nullptr && g.path == Path::kOnChipGrid && g.slices == 8 &&
+                  std::strcmp(g.why, "forced (TRTGN_FORCE_PLAN); grid: every block's chunk fits its shared memory, "
+                                     "in channel slices") == 0,
+              "forced grid: %s why %s", describe(g).c_str(), g.why);
+        const Plan t = forced("path=two-pass", big, kH100.dev);
+        CHECK(t.invalid == nullptr && t.path == Path::kTwoPass && t.vec == 8 &&
+                  std::strcmp(t.why, "forced (TRTGN_FORCE_PLAN)") == 0,
+              "forced two-pass: %s why %s", describe(t).c_str(), t.why);
+        checkRejected("path=streaming-grid", big, kH100.dev,
+                      "cannot run on this problem: grid: every block's chunk fits its shared memory, in channel "
+                      "slices; so on-chip-grid, not streaming-grid");
+        checkRejected("path=on-chip-grid", big, kL40S.dev, "cannot run on this problem: grid: no Hopper code on this device");
+        checkRejected("path=clusters cluster=1 vpt=1", problem(1, 512, 128, 128, 32, TRTGN_DTYPE_FLOAT16, NHWC, 0, 2),
+                      kH100.dev, "cannot run on this problem: no 16-byte vectors (x, y 16-byte aligned; NHWC C and "
+                      "channel stride, NCHW H*W, multiples of 8)");
+    }
+    // What the cluster loop's rules reject, named.
+    checkRejected("path=clusters cluster=16 vpt=8", nchw, kH100.dev,
+                  "cannot run on this problem: clusters: cluster=16 vpt=8: this kernel takes clusters of 1 to 8 "
+                  "blocks and 1 to 16 vectors a thread, powers of two");
+    checkRejected("path=clusters cluster=2 vpt=8", nchw, kL40S.dev,
+                  "cannot run on this problem: clusters: cluster=2 vpt=8: this kernel takes clusters of 1 to 1 "
+                  "blocks and 1 to 16 vectors a thread, powers of two");
+    checkRejected("path=clusters cluster=1 vpt=1", nchw, kH100.dev,
+                  "cannot run on this problem: clusters: cluster=1 vpt=1 needs blocks of 2560 threads, over 512");
+    checkRejected("path=clusters cluster=8 vpt=16", nchw, kH100.dev,
+                  "cannot run on this problem: clusters: cluster=8 vpt=16 leaves a block with nothing to do");
+    checkRejected("path=clusters cluster=2 vpt=4 threads=100", nchw, kH100.dev,
+                  "cannot run on this problem: clusters: threads=100: this kernel's blocks hold 320 threads or more "
+                  "here, in steps of 32");
+    // sd15-unet-640x32 NHWC: 8-byte vectors (5 lanes), from 2 vectors a thread; never the sets instead.
+    checkRejected("path=clusters cluster=2 vpt=1", problem(2, 640, 32, 32, 32, TRTGN_DTYPE_FLOAT16, NHWC), kH100.dev,
+                  "cannot run on this problem: clusters: cluster=2 vpt=1: this kernel takes clusters of 1 to 8 "
+                  "blocks and 2 to 32 vectors a thread, powers of two");
+    // Malformed.
+    checkRejected("path=clusters cluster=4", nchw, kH100.dev, "path=clusters needs cluster= and vpt=");
+    checkRejected("cluster=4 vpt=8", nchw, kH100.dev,
+                  "no path= (paths: clusters, on-chip-grid, streaming-grid, two-pass)");
+    checkRejected("path=warp", nchw, kH100.dev,
+                  "unknown path \"warp\" (paths: clusters, on-chip-grid, streaming-grid, two-pass)");
+    checkRejected("path=clusters cluster=four vpt=8", nchw, kH100.dev, "cluster=four is not a positive integer");
+    checkRejected("path=clusters cluster=0 vpt=8", nchw, kH100.dev, "cluster=0 is not a positive integer");
+    checkRejected("path=clusters cluster=4 vpt=8 block=2", nchw, kH100.dev,
+                  "unknown key \"block\" (keys: path, cluster, vpt, threads)");
+    checkRejected("path=clusters vpt=8 vpt=4 cluster=2", nchw, kH100.dev, "vpt given twice");
+    checkRejected("path=two-pass vpt=2", nchw, kH100.dev, "cluster=, vpt= and threads= belong to path=clusters");
+    checkRejected("path clusters", nchw, kH100.dev, "\"path\" is not key=value (keys: path, cluster, vpt, threads)");
+    // Any white space separates; the message stays one line.
+    CHECK(forced("path=clusters\ncluster=4\tvpt=8\n", nchw, kH100.dev).cluster == 4, "newline-separated");
+    checkRejected("path=clusters\ncluster=four vpt=8", nchw, kH100.dev, "cluster=four is not a positive integer");
+    // Unset or empty: the planner's own plan.
+    setenv("TRTGN_FORCE_PLAN", "", 1);
+    const Plan own = planGroupNorm(nchw, kH100.dev, queries, true);
+    unsetenv("TRTGN_FORCE_PLAN");
+    CHECK(own.invalid == nullptr && std::strncmp(own.why, "clusters: estimate ", 19) == 0, "empty: why %s", own.why);
+}
+
+// Every forced cluster plan of the shape list (both layouts, fp16 and fp32) and of the other
+// kernels' shapes on an H100, one line each: tests/test_costmodel.py checks that the cost model's
+// Python formula (trt_gn/lab/costmodel.py) gives the estimate the planner printed.
+void printForcedEstimates() {
+    struct {
+        int64_t n, c, h, w, g;
+    } shapes[] = {{2, 320, 64, 64, 32}, {2, 640, 32, 32, 32},   {2, 1280, 16, 16, 32}, {2, 1280, 8, 8, 32},
+                  {2, 2560, 8, 8, 32},  {1, 512, 64, 64, 32},   {1, 128, 64, 64, 32},  {2, 320, 32, 32, 32},
+                  {2, 1920, 16, 16, 32}, {1, 256, 64, 64, 32},  {1, 96, 32, 32, 32},   {4, 640, 32, 32, 32},
+                  {2, 960, 32, 32, 32},  {1, 512, 128, 128, 32}};
+    int lines = 0;
+    for (const auto& e : shapes)
+        for (trtgn_layout_t layout : {NHWC, NCHW})
+            for (trtgn_dtype_t dtype : {TRTGN_DTYPE_FLOAT16, TRTGN_DTYPE_FLOAT32})
+                for (int k = 1; k <= kMaxK; k *= 2)
+                    for (int vpt = 1; vpt <= 32; vpt *= 2) {
+                        char spec[64];
+                        std::snprintf(spec, sizeof(spec), "path=clusters cluster=%d vpt=%d", k, vpt);
+                        const Plan q = forced(spec, problem(e.n, e.c, e.h, e.w, e.g, dtype, layout), kH100.dev);
+                        if (q.invalid != nullptr) continue;
+                        std::printf("forced-estimate: cluster=%d vpt=%d threads=%d why=%s\n", q.cluster, q.vpt,
+                                    q.threads, q.why);
+                        ++lines;
+                    }
+    CHECK(lines > 300, "only %d forced cluster plans", lines);
+}
+#endif
+
 }  // namespace
 
 int main() {
@@ -348,6 +494,10 @@ int main() {
         CHECK(workspaceBytes(a) == workspaceBytes(b), "workspace depends on h, w");
     }
     for (const NamedDevice* d : {&kH100, &kH200, &kL40S, &kH100NoSm90}) sweep(*d, 20000, 1);
+#ifdef TRTGN_DEBUG_PLANS
+    checkForcedPlans();
+    printForcedEstimates();
+#endif
 
     std::printf("%d checks, %d failed\n", checks, failures);
     return failures == 0 ? 0 : 1;
