@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import errors, spec
 
-ABI_VERSION = 3  # TRTGN_ABI_VERSION this binding mirrors
+ABI_VERSION = 4  # TRTGN_ABI_VERSION this binding mirrors
 # Versions only add functions: a library of an older one back to this loads, without the newer calls
 # (trt_gn/lab/ab.py times earlier revisions through this binding).
 MIN_ABI_VERSION = 2
@@ -80,6 +80,10 @@ class Params(ctypes.Structure):
         ("gamma", ctypes.c_void_p),
         ("beta", ctypes.c_void_p),
         ("affine_dtype", ctypes.c_int),
+        ("pre_bias", ctypes.c_void_p),
+        ("pre_bias_n_stride", ctypes.c_int64),
+        ("residual", ctypes.c_void_p),
+        ("sum_out", ctypes.c_void_p),
     ]
 
     def __repr__(self) -> str:
