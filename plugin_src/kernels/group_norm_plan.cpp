@@ -40,9 +40,12 @@ bool because(Plan* plan, const char* fmt, ...) {
 // The 16-byte vector paths (clusters, grid) need aligned pointers and, NHWC,
 // whole vectors a pixel (C and the channel stride), NCHW whole vectors a
 // channel (H * W).
+// The pre-add's residual and sum_out are read and written like x and y.
 bool hasVectors(const Problem& p) {
     const int vec = 16 / elementBytes(p.dtype);
-    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.residual) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.sumOut) % 16 == 0;
     return p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
 }
 
@@ -185,6 +188,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const int eb = elementBytes(p.dtype);
     const int VEC = 16 / eb;
     const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
+    if (p.preAdd()) return because(out, "clusters: no pre-add (pre_bias, residual) on this path");
     if (p.n > 65535 || p.c > (int64_t(1) << 30)) return because(out, "clusters: over 65535 images or 2^30 channels");
     ClusterArgs a = argsOf<ClusterArgs>(p);
     a.hw = p.hw;
@@ -375,6 +379,7 @@ int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t*
 bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
     const int eb = elementBytes(p.dtype), VEC = 16 / eb;
     if (!dev.hopperCode || dev.maxSmemOptin <= 0) return because(out, "grid: no Hopper code on this device");
+    if (p.preAdd()) return because(out, "grid: no pre-add (pre_bias, residual) on this path");
     const size_t workspace = workspaceBytes(p);
     GridArgs a = argsOf<GridArgs>(p);
     a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
@@ -668,8 +673,9 @@ Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& que
     plan.explain = explain;
     const bool vectors = hasVectors(p);
     if (!vectors) {
-        because(&plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
-                16 / elementBytes(p.dtype));
+        because(&plan,
+                "no 16-byte vectors (x, y%s 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
+                p.residual != nullptr || p.sumOut != nullptr ? ", residual, sum_out" : "", 16 / elementBytes(p.dtype));
     } else {
         if (planClusters(p, dev, kClustersOverGridCost, &plan)) return plan;
         if (planGrid(p, dev, queries, &plan) || plan.error != cudaSuccess) return plan;
