@@ -318,7 +318,7 @@ def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stre
 # Values of trtgn_describe_plan()'s "path" key.
 PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
 # The paths that run a pre-add (pre_bias, residual): the planner sends pre-add calls only there.
-PRE_ADD_PATHS = ("two-pass",)
+PRE_ADD_PATHS = ("clusters", "two-pass")
 _PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk", "workspace")
 
 

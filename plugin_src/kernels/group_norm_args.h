@@ -71,6 +71,15 @@ inline ArgsWith<kPre, Args> argsWith(const Args& args, const PreAdd& pre) {
 // registers: the data (4 per 16-byte vector) plus per-element statistics.
 constexpr int kClusterMaxThreads = 512;
 constexpr int kMaxK = 8;  // blocks a cluster
+// Vectors a thread of a pre-add's plan (kPre), of a kernel whose plain plans
+// hold up to maxVpt: half, since a thread holds x's and the residual's
+// vectors while they load, then s in fp32 (twice a 16-bit vector's
+// registers); a quarter in 16 bits for the kernels of per-element sums
+// (`sets`: gnFusedSet2, gnFusedNHWC), whose half spilled. The planner and the
+// compiled kernels share it.
+TRTGN_HD constexpr int kPreMaxVpt(int maxVpt, bool sets, int elementBytes) {
+    return sets && elementBytes == 2 ? maxVpt / 4 : maxVpt / 2;
+}
 
 struct ClusterArgs {
     const void* x;

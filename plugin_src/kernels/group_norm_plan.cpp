@@ -75,9 +75,11 @@ int64_t gcd64(int64_t a, int64_t b) {
 // ---------------------------------------------------------- clusters ----
 
 constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
-// Registers a thread needs, for the occupancy estimate of the cost model.
-constexpr int clusterRegs(int vpt, bool nhwcSets) {
-    return (nhwcSets ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwcSets ? 64 : 32) + 6 * vpt;
+// Registers a thread needs, for the occupancy estimate of the cost model. A
+// pre-add's thread holds s in fp32: twice the registers a vector.
+constexpr int clusterRegs(int vpt, bool nhwcSets, bool pre) {
+    const int r = (nhwcSets ? 64 : 32) + (pre ? 12 : 6) * vpt;
+    return r > 128 ? 128 : r;
 }
 
 struct ClusterShape {
@@ -108,11 +110,14 @@ enum class CostKind {
 // cluster, fitted to their own sweep: their best is mostly clusters of 2
 // for two images, which the other kinds' constants price too high.
 ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, CostKind kind,
-                          int minK = 1) {
+                          bool pre, int elementBytes, int minK = 1) {
     const bool narrow = kind == CostKind::kNHWCNarrow;
     const double perVector = kind == CostKind::kNCHW ? 700.0 : narrow ? 200.0 : 300.0;
     const double perCluster = narrow ? 250.0 : 500.0, perLog2K = narrow ? 500.0 : 320.0;
-    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
+    // The range the cost was fitted on; a pre-add's kernels hold fewer.
+    const int plainMax = narrow ? 32 : 16;
+    const int minVpt = narrow ? 2 : 1,
+              maxVpt = pre ? kPreMaxVpt(plainMax, kind == CostKind::kNHWCSet, elementBytes) : plainMax;
     ClusterShape best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
     while (l % 2 == 0 && g32 > 1) {
@@ -128,7 +133,7 @@ ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs
             const int64_t threads = R * lanes;
             if (threads > kClusterMaxThreads) continue;
             if (int64_t(K) * R * vpt - units >= int64_t(R) * vpt) continue;  // a block with nothing to do
-            const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet);
+            const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet, pre);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
             // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
             // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
@@ -188,7 +193,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const int eb = elementBytes(p.dtype);
     const int VEC = 16 / eb;
     const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
-    if (p.preAdd()) return because(out, "clusters: no pre-add (pre_bias, residual) on this path");
+    const bool pre = p.preAdd();
     if (p.n > 65535 || p.c > (int64_t(1) << 30)) return because(out, "clusters: over 65535 images or 2^30 channels");
     ClusterArgs a = argsOf<ClusterArgs>(p);
     a.hw = p.hw;
@@ -219,7 +224,8 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const bool narrowGroups = p.layout == TRTGN_LAYOUT_NHWC && groupBytes % 16 != 0 && groupBytes % 4 == 0 &&
                               narrowLanes <= 32 && (narrowBytes == 8 ? narrowLanes >= 2 : eb == 2 && narrowLanes >= 8);
     // Where they have no shape under maxCost, the sets below are tried.
-    if (narrowGroups) s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow);
+    if (narrowGroups)
+        s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow, pre, eb);
     // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
     // images) take another path.
     const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
@@ -235,7 +241,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     } else if (p.layout == TRTGN_LAYOUT_NHWC && !widen && p.cpg % VEC == 0 && p.cpg / VEC <= 32) {
         // Whole vectors per group: one group a cluster, scalar sums.
         const int64_t vs = p.cpg / VEC;
-        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCGroup);
+        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCGroup, pre, eb);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         if (!fits32) return because(out, "clusters: 2^31 elements or more");
         s = splitShape(s, p.n * p.groups, dev);
@@ -249,7 +255,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         const int64_t vs = setChannels / VEC;
         if (vs > 32) return because(out, "clusters: a set of over 32 vectors a pixel");
         const int64_t sets = p.c / setChannels;
-        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet, pre, eb);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -270,7 +276,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         int vp = 1;
         while (vp < vs) vp <<= 1;
         const int64_t sets = p.c / setChannels;
-        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet);
+        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, CostKind::kNHWCSet, pre, eb);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -282,7 +288,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     } else {
         const int64_t units = p.cpg * p.hw / VEC;
         const int64_t clusters = p.n * p.groups;
-        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, CostKind::kNCHW);
+        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, CostKind::kNCHW, pre, eb);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         // Where clusters of 2 put one block on each of at least half the SMs
         // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
@@ -290,7 +296,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         // blocks an SM), misses. Not for groups under 512 vectors nor fp32
         // (slower there).
         if (eb == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
-            const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, 2);
+            const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, pre, eb, 2);
             if (pairs.ok) s = pairs;
         }
         a.groupsPerN = int(p.groups);
@@ -315,10 +321,11 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
 
     Plan& q = *out;
+    const char* withPre = pre ? ", with the pre-add" : "";
     if (std::isinf(maxCost))
-        because(out, "clusters: estimate %.0f, taken at any cost (no grid)", s.cost);
+        because(out, "clusters: estimate %.0f, taken at any cost (no grid)%s", s.cost, withPre);
     else
-        because(out, "clusters: estimate %.0f under %.0f", s.cost, maxCost);
+        because(out, "clusters: estimate %.0f under %.0f%s", s.cost, maxCost, withPre);
     q.path = Path::kClusters;
     q.kernel = name;
     q.vec = groupVec;

@@ -95,7 +95,16 @@ Problem withPreAdd(Problem p, uintptr_t misalign = 0) {
 }
 
 // The paths that run a pre-add; the planner sends other pre-add calls on.
-bool takesPreAdd(Path path) { return path == Path::kTwoPass; }
+bool takesPreAdd(Path path) { return path == Path::kClusters || path == Path::kTwoPass; }
+
+// The most vectors a thread of a pre-add's cluster plan with q's kernel (kernels of 4- and 8-byte
+// vectors hold up to 32 in plain plans, the others up to 16).
+int preMaxVpt(const Plan& q) {
+    const ClusterKernel k = q.clusters.kernel;
+    const bool narrow = k == ClusterKernel::kGroupNHWC8Byte || k == ClusterKernel::kGroupNHWC4Byte;
+    const bool sets = k == ClusterKernel::kSet2 || k == ClusterKernel::kSetNHWC;
+    return kPreMaxVpt(narrow ? 32 : 16, sets, q.problem.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
+}
 
 std::string describe(const Plan& q) {
     char buf[256];
@@ -219,6 +228,10 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
             CHECK(q.threads <= kClusterMaxThreads && q.gridY == p.n, "%s: cluster launch", what);
             CHECK(int64_t(a.K) * a.R * q.clusters.vpt >= a.units, "%s: the units do not fit the cluster", what);
             CHECK(q.workspace == 0, "%s: clusters use no workspace", what);
+            // A pre-add's thread holds s in fp32: fewer vectors.
+            CHECK(!p.preAdd() || q.clusters.vpt <= preMaxVpt(q), "%s: %d vectors a thread with a pre-add", what,
+                  q.clusters.vpt);
+            CHECK(p.preAdd() == (std::strstr(q.why, "with the pre-add") != nullptr), "%s: why %s", what, q.why);
             break;
         }
         case Path::kOnChipGrid:
@@ -328,8 +341,11 @@ int main() {
             const Plan plain = planGroupNorm(p, d->dev, queries, true);
             const Plan q = planGroupNorm(withPreAdd(p), d->dev, queries, true);
             const char* layout = e.layout == NHWC ? "NHWC" : "NCHW";
+            // The plain path, where it takes a pre-add; but a group that needs more vectors a
+            // thread than a pre-add's cluster holds (one block before Hopper) takes another path.
+            const bool over = plain.path == Path::kClusters && plain.clusters.vpt > preMaxVpt(plain);
             CHECK(q.error == cudaSuccess && q.unsupported == nullptr && takesPreAdd(q.path) &&
-                      (!takesPreAdd(plain.path) || q.path == plain.path),
+                      (!takesPreAdd(plain.path) || q.path == plain.path || over),
                   "%s %s %s with a pre-add: planned %s (without: %s)", d->name, e.name, layout, describe(q).c_str(),
                   describe(plain).c_str());
             CHECK(takesPreAdd(plain.path) || std::strstr(q.why, "no pre-add (pre_bias, residual) on this path"),
