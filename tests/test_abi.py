@@ -26,6 +26,9 @@ HEADER = Path(__file__).resolve().parents[1] / "plugin_src" / "include" / "trt_g
 C, G = 32, 8
 _y_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
 _x_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
+_residual_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
+_sum_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
+_pre_bias_host = (ctypes.c_float * (2 * C))()
 _gamma_host = (ctypes.c_float * C)()
 _beta_host = (ctypes.c_float * C)()
 _ws_raw = ctypes.create_string_buffer(8 << 20)
@@ -79,6 +82,23 @@ PARAM_CASES = [
     (dict(epsilon=-1.0), Status.INVALID_ARGUMENT, "epsilon must be finite and >= 0, got -1"),
     (dict(epsilon=math.inf), Status.INVALID_ARGUMENT, "epsilon must be finite and >= 0, got inf"),
     (dict(epsilon=math.nan), Status.INVALID_ARGUMENT, "epsilon must be finite and >= 0, got nan"),
+    # the pre-add (ABI 4)
+    (dict(pre_bias=ctypes.addressof(_pre_bias_host), pre_bias_n_stride=5), Status.INVALID_ARGUMENT,
+     "pre_bias_n_stride (5) must be 0 or c (32)"),
+    (dict(pre_bias=ctypes.addressof(_pre_bias_host), pre_bias_n_stride=-32), Status.INVALID_ARGUMENT,
+     "pre_bias_n_stride (-32) must be 0 or c (32)"),
+    (dict(gamma=None, beta=None, pre_bias=ctypes.addressof(_pre_bias_host), affine_dtype=DType.BFLOAT16),
+     Status.INVALID_ARGUMENT, "affine_dtype 2 must be the input dtype (1) or TRTGN_DTYPE_FLOAT32"),
+    (dict(sum_out=ctypes.addressof(_sum_host)), Status.INVALID_ARGUMENT, "sum_out needs pre_bias or residual"),
+    (dict(residual=ctypes.addressof(_residual_host), sum_out=ctypes.addressof(_x_host) + 2 * 100),
+     Status.INVALID_ARGUMENT, "sum_out must not overlap x"),
+    (dict(residual=ctypes.addressof(_residual_host), sum_out=ctypes.addressof(_residual_host) - 2),
+     Status.INVALID_ARGUMENT, "sum_out must not overlap residual"),
+    (dict(pre_bias=ctypes.addressof(_pre_bias_host), sum_out=ctypes.addressof(_y_host) + 2 * (len(_y_host) - 1)),
+     Status.INVALID_ARGUMENT, "sum_out must not overlap y"),
+    (dict(residual=ctypes.addressof(_y_host)), Status.INVALID_ARGUMENT, "y must not overlap residual (y may equal x)"),
+    (dict(residual=ctypes.addressof(_residual_host), y=ctypes.addressof(_residual_host) + 64), Status.INVALID_ARGUMENT,
+     "y must not overlap residual (y may equal x)"),
 ]
 
 
@@ -275,3 +295,36 @@ def test_describe_plan_without_gpu_is_a_cuda_error(kernels_lib):
     assert status == Status.CUDA_ERROR and message.startswith("CUDA error: ") and text == ""
     with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
         _lib.describe_plan(valid_params())
+
+
+def pre_add_params(**overrides) -> Params:
+    fields = dict(pre_bias=ctypes.addressof(_pre_bias_host), pre_bias_n_stride=C, residual=ctypes.addressof(_residual_host),
+                  sum_out=ctypes.addressof(_sum_host))
+    fields.update(overrides)
+    return valid_params(**fields)
+
+
+def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
+    # Every valid pre-add: the workspace query validates it and needs no GPU; the pre-add needs no
+    # workspace of its own.
+    for overrides in (dict(), dict(pre_bias_n_stride=0), dict(pre_bias=None, pre_bias_n_stride=7), dict(residual=None),
+                      dict(sum_out=None), dict(pre_bias=None, sum_out=None), dict(x=None, y=None),
+                      dict(layout=Layout.NCHW), dict(y=ctypes.addressof(_x_host))):
+        plain = _lib.workspace_size(valid_params(layout=overrides.get("layout", Layout.NHWC)))
+        assert query(kernels_lib, pre_add_params(**overrides)) == (Status.SUCCESS, "", plain), overrides
+    # Adjacent buffers touch but do not overlap; a NHWC channel stride extends every tensor.
+    end = ctypes.addressof(_x_host) + ctypes.sizeof(_x_host)
+    assert query(kernels_lib, pre_add_params(sum_out=end))[:2] == (Status.SUCCESS, "")
+    assert query(kernels_lib, pre_add_params(sum_out=end - 2))[:2] == (Status.INVALID_ARGUMENT, "sum_out must not overlap x")
+    assert query(kernels_lib, pre_add_params(sum_out=ctypes.addressof(_x_host) + 2 * 2 * C * 16, channel_stride=2 * C))[:2] == (
+        Status.INVALID_ARGUMENT, "sum_out must not overlap x")
+
+
+def test_pre_add_on_an_old_library_is_refused(kernels_lib, monkeypatch):
+    _lib.require_pre_add()  # this library reads the fields
+    monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: 3)
+    with pytest.raises(_lib.LibraryError) as info:
+        _lib.require_pre_add()
+    assert info.value.message == (f"{kernels_lib.trtgn_path} has ABI version 3; a pre-add (pre_bias, residual) needs 4: "
+                                  "rebuild the library")
+    assert info.value.exit_code == 3

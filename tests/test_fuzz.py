@@ -32,6 +32,40 @@ def test_drawn_cases_stay_in_the_accepted_space_and_reach_every_region():
     assert min(c.offset for c in cases) < -50 and max(c.offset for c in cases) > 50
 
 
+def test_pre_add_draws_reach_every_kind_and_keep_the_old_cases():
+    rng = random.Random(7)
+    cases = [fuzz.draw_case(fuzz.RandomPick(rng)) for _ in range(2000)]
+    kinds = {c.pre_add.kind for c in cases}
+    assert kinds == set(fuzz.PRE_ADD_KINDS)
+    assert 0.4 < sum(c.pre != "-" for c in cases) / len(cases) < 0.6
+    biased = [c for c in cases if c.pre_add.bias]
+    assert {c.pre_add.bias_fp32 for c in biased} == {False, True}
+    assert all(c.pre_add.bias_fp32 == (c.affine == "fp32") for c in biased if c.affine != "none")
+    for case in cases:
+        assert fuzz.parse_case(case.spec()) == case
+        assert case.spec().count(",") == (14 if case.pre != "-" else 13)
+    # Without the pre-add draws, a seed gives the cases it gave before there was one.
+    a, b = random.Random(8), random.Random(8)
+    without = [fuzz.draw_case(fuzz.RandomPick(a), pre_add=False) for _ in range(300)]
+    assert all(c.pre == "-" for c in without)
+    with_pre = [fuzz.draw_case(fuzz.RandomPick(b)) for _ in range(1)]
+    assert with_pre[0].spec().split(",")[:14] == without[0].spec().split(",")[:14]
+
+
+def test_pre_add_gaps_name_each_missing_kind():
+    from collections import Counter
+
+    counts = Counter({(p, k): 5 for p in fuzz.PATHS for k in fuzz.PRE_ADD_KINDS})
+    assert fuzz.pre_add_gaps(counts, 5) == []
+    counts[("two-pass", "bnc+r+s")] = 2
+    counts[("clusters", "r")] = 0
+    assert fuzz.pre_add_gaps(counts, 5) == ["clusters r: 0", "two-pass bnc+r+s: 2"]
+    # A path without the pre-add is not asked for it.
+    for path in set(fuzz.PATHS) - set(fuzz._lib.PRE_ADD_PATHS):
+        counts[(path, "r")] = 0
+    assert fuzz.pre_add_gaps(counts, 5) == ["clusters r: 0", "two-pass bnc+r+s: 2"]
+
+
 def test_size_aims_respect_smaller_budgets():
     rng = random.Random(6)
     for aim in fuzz.AIMS:
@@ -41,7 +75,13 @@ def test_size_aims_respect_smaller_budgets():
 
 
 @pytest.mark.parametrize("text,message", [
-    ("1,2,3", "a case has 13 or 14 comma-separated fields"),
+    ("1,2,3", "a case has 13 to 15 comma-separated fields"),
+    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,s", r"^pre-add 's': s \(sum_out\) needs a bias or r$"),
+    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,r+r", r"^pre-add 'r\+r': 'r' is not one of bc, bnc, bc32, bnc32, r, s \(each once\)$"),
+    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bc+bnc", "'bnc' is not one of"),
+    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bq", "'bq' is not one of"),
+    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bc32", r"the bias takes the affine's dtype \(x\): bc/bnc$"),
+    ("1,32,2,2,8,fp16,nhwc,fp32,silu,1e-5,1,0,7,-,bnc+r", r"the bias takes the affine's dtype \(fp32\): bc32/bnc32$"),
     ("1,30,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7", "sizes must be > 0 and G must divide C"),
     ("1,32,2,2,8,fp64,nhwc,x,silu,1e-5,1,0,7", "dtype 'fp64' is not one of"),
     ("1,32,2,2,8,fp16,nhwc,x,gelu,1e-5,1,0,7", "activation 'gelu' is not one of"),
@@ -66,7 +106,7 @@ def run(*args):
 def test_command_line_errors():
     r = run("--case", "1,2,3")
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("python -m trt_gn.lab.fuzz: error: --case: a case has 13 or 14 comma-separated fields")
+    assert r.stderr.startswith("python -m trt_gn.lab.fuzz: error: --case: a case has 13 to 15 comma-separated fields")
     r = run("--max-elements", "100")
     assert r.returncode == 2 and r.stderr.strip() == (
         "python -m trt_gn.lab.fuzz: error: --cases and --show must be >= 0, --max-elements >= 4096")

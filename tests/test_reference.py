@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trt_gn.reference import assert_close, group_norm_act_reference, max_errors, tolerance
+from trt_gn.reference import assert_close, group_norm_act_reference, max_errors, sum_reference, tolerance
 
 
 def torch_group_norm_act(x, weight, bias, groups, eps, activation):
@@ -163,3 +163,71 @@ def test_max_errors():
     abs_err, rel_err = max_errors(out, ref)
     assert abs_err == pytest.approx(1e-3, rel=1e-3)
     assert rel_err == pytest.approx(1e-3, rel=1e-3)
+
+
+# ---- the pre-add: s = x + pre_bias[n, c] + residual ----
+
+def _kernel_sum(x, pre_bias, residual):
+    """s~ as the kernels form it: fp32 (x + b) + r, each term in its stored dtype."""
+    s = x.float()
+    if pre_bias is not None:
+        s = s + pre_bias.float().reshape(-1, x.shape[1], 1, 1)
+    if residual is not None:
+        s = s + residual.float()
+    return s
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bias_shape,with_residual", [(None, True), ("c", False), ("c", True), ("nc", False), ("nc", True)])
+def test_pre_add_matches_groupnorm_of_the_sum(dtype, bias_shape, with_residual):
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(2, 16, 5, 3, generator=g) * 2 + 30).to(dtype)
+    pre_bias = None if bias_shape is None else (torch.randn((16,) if bias_shape == "c" else (2, 16), generator=g) * 5).to(dtype)
+    residual = (torch.randn(2, 16, 5, 3, generator=g) - 40).to(dtype) if with_residual else None
+    w, b = torch.rand(16, generator=g) + 0.5, torch.randn(16, generator=g)
+    ref = group_norm_act_reference(x, w, b, 4, 1e-5, "silu", pre_bias=pre_bias, residual=residual)
+    s64 = x.double() + (0 if pre_bias is None else pre_bias.double().reshape(-1, 16, 1, 1)) + (0 if residual is None else residual.double())
+    torch.testing.assert_close(ref, torch_group_norm_act(s64, w, b, 4, 1e-5, "silu"), rtol=1e-12, atol=1e-12)
+    s = sum_reference(x, pre_bias, residual)
+    assert s.dtype == torch.float64 and torch.equal(s, s64)
+    # The rule's pre-add terms cover what the kernels' fp32 sum does: the sum rounded once to the
+    # dtype, and y of the fp32 sum (statistics in float64 here, so only the sum's share remains).
+    s32 = _kernel_sum(x, pre_bias, residual)
+    assert_close(s32.to(dtype), s, dtype, what="sum_out")
+    assert_close(torch_group_norm_act(s32.double(), w, b, 4, 1e-5, "silu").to(dtype), ref, dtype, what="y")
+
+
+def test_pre_add_terms_follow_the_analysis():
+    # x = 2^24 + 1 in fp32 is 2^24: s~ = (2^24 + 0.5) + 0.5 rounds twice; the terms bound it.
+    x = torch.full((1, 2, 1, 2), 2.0**24)
+    pre_bias = torch.tensor([0.5, 0.5])
+    residual = torch.full((1, 2, 1, 2), 0.5)
+    s = sum_reference(x, pre_bias, residual)
+    gamma2 = 2 * 2.0**-24 / (1 - 2 * 2.0**-24)
+    torch.testing.assert_close(s.trtgn_error, gamma2 * (2.0**24 + 1.0) * torch.ones_like(s), rtol=0, atol=0)
+    assert float((_kernel_sum(x, pre_bias, residual).double() - s).abs().max()) <= float(s.trtgn_error.max())
+    # One term added: one rounding; none: no pre-add terms at all.
+    assert torch.equal(sum_reference(x, pre_bias).trtgn_error, 2.0**-24 / (1 - 2.0**-24) * (2.0**24 + 0.5) * torch.ones_like(s))
+    plain = group_norm_act_reference(torch.randn(1, 4, 3, 3), None, None, 2, 1e-5, "none")
+    same = group_norm_act_reference(torch.randn(1, 4, 3, 3), None, None, 2, 1e-5, "none", pre_bias=None, residual=None)
+    assert plain.trtgn_error.shape == same.trtgn_error.shape
+
+
+def test_pre_add_rejects_bad_shapes():
+    x = torch.randn(2, 4, 3, 3)
+    with pytest.raises(ValueError, match=r"^pre_bias must be \[C\] or \[N, C\] = \[4\] or \[2, 4\], got \(3,\)$"):
+        group_norm_act_reference(x, None, None, 2, 1e-5, "none", pre_bias=torch.zeros(3))
+    with pytest.raises(ValueError, match=r"^residual must have x's shape \(2, 4, 3, 3\), got \(2, 4, 3\)$"):
+        sum_reference(x, residual=torch.zeros(2, 4, 3))
+
+
+def test_pre_add_nan_and_inf():
+    x = torch.zeros(1, 2, 2, 2)
+    residual = torch.zeros(1, 2, 2, 2)
+    x[0, 0, 0, 0] = math.inf
+    residual[0, 0, 0, 0] = -math.inf  # inf + -inf: NaN in s and its whole group of y
+    residual[0, 1, 1, 1] = math.inf
+    s = sum_reference(x, None, residual)
+    assert math.isnan(s[0, 0, 0, 0]) and s[0, 1, 1, 1] == math.inf and s[0, 0, 1, 1] == 0
+    y = group_norm_act_reference(x, None, None, 2, 1e-5, "none", residual=residual)
+    assert torch.isnan(y).all()

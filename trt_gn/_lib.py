@@ -20,10 +20,13 @@ from pathlib import Path
 
 from . import errors, spec
 
-ABI_VERSION = 3  # TRTGN_ABI_VERSION this binding mirrors
-# Versions only add functions: a library of an older one back to this loads, without the newer calls
-# (trt_gn/lab/ab.py times earlier revisions through this binding).
+ABI_VERSION = 4  # TRTGN_ABI_VERSION this binding mirrors
+# Versions only add functions, and fields at the end of trtgn_params_t: a library of an older one back
+# to this loads, without the newer calls, and reads only the prefix of Params it knows, which is
+# right while the newer fields are NULL (trt_gn/lab/ab.py times earlier revisions through this
+# binding). A call that fills them checks the library first (require_pre_add).
 MIN_ABI_VERSION = 2
+PRE_ADD_ABI_VERSION = 4  # pre_bias, pre_bias_n_stride, residual, sum_out
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
 PLUGIN_LIBRARY_ENV = "TRT_GN_PLUGIN_LIBRARY"
@@ -80,6 +83,10 @@ class Params(ctypes.Structure):
         ("gamma", ctypes.c_void_p),
         ("beta", ctypes.c_void_p),
         ("affine_dtype", ctypes.c_int),
+        ("pre_bias", ctypes.c_void_p),
+        ("pre_bias_n_stride", ctypes.c_int64),
+        ("residual", ctypes.c_void_p),
+        ("sum_out", ctypes.c_void_p),
     ]
 
     def __repr__(self) -> str:
@@ -254,6 +261,19 @@ def abi_version() -> int:
     return load().trtgn_abi_version()
 
 
+def require_pre_add() -> None:
+    """Raise LibraryError unless the loaded kernels library reads the pre-add fields of Params
+    (ABI 4): an older one would silently ignore pre_bias, residual and sum_out."""
+    lib = load()
+    version = lib.trtgn_abi_version()
+    if version < PRE_ADD_ABI_VERSION:
+        raise LibraryError(
+            f"{lib.trtgn_path} has ABI version {version}; a pre-add (pre_bias, residual) needs "
+            f"{PRE_ADD_ABI_VERSION}: rebuild the library",
+            KERNELS_BUILD_HINT,
+        )
+
+
 def kernels_ptx_arch() -> int:
     """The PTX architecture (major * 10 + minor) the kernels run from on the current CUDA device.
 
@@ -297,6 +317,8 @@ def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stre
 
 # Values of trtgn_describe_plan()'s "path" key.
 PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
+# The paths that run a pre-add (pre_bias, residual): the planner sends pre-add calls only there.
+PRE_ADD_PATHS = ("clusters", "two-pass")
 _PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk", "workspace")
 
 

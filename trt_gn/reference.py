@@ -1,4 +1,5 @@
-"""The float64 reference of y = act(GroupNorm(x)) and the accuracy rule every test uses."""
+"""The float64 reference of y = act(GroupNorm(s)), s = x + pre_bias + residual (the pre-add; s = x
+without one), of s itself (sum_out), and the accuracy rule every test uses."""
 
 from __future__ import annotations
 
@@ -39,19 +40,70 @@ _SMALLEST_SUBNORMAL = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133, torch
 #     tol   = terms (fp32),  terms + ulp(|y| + terms) / 2 (fp16, bf16).
 # The terms are magnitudes before cancellation, not |y|: where xh * gamma and beta cancel, y is
 # near zero but its error is not (fp32 outputs of inputs of mean -50 err by ~1e-6 near 1e-7).
+#
+# The pre-add. The kernels form s~ = fl(fl(x + b) + r) in fp32 from the dtype's (or fp32) values of
+# x, pre_bias b and residual r, with m <= 2 roundings (one per term present), and then treat s~ as
+# the input above. With A = |x| + |b| + |r| (magnitudes before cancellation):
+#  - |s~ - s| <= gamma_m A, gamma_m = m u / (1 - m u) (Higham, Lemma 3.1);
+#  - sum_out = s~ rounded once to the dtype: tol_s = gamma_m A (fp32: s~ is stored as is), and in
+#    16 bits plus half an ulp of |s| + gamma_m A, as for y;
+#  - y: the rule above holds for s~ (xh, z of s~ lie within O(u) of those of s), plus the effect of
+#    the perturbation d_i = s~_i - s_i on z_j = (s_j - mean) rstd gamma + beta. To first order,
+#    dz_j = gamma rstd (d_j - mean(d) - xh_j mean(xh d)), and |mean(xh d)| <= rms(d) (Cauchy-Schwarz,
+#    mean(xh^2) <= 1), so |dz_j| <= |gamma| rstd (|d_j| + mean|d| + |xh_j| rms(d)), over the group,
+#    with |d_i| <= gamma_m A_i. Like the other terms of z it is scaled by 1.1 under SiLU.
 _U32 = 2.0**-24
 _C_SUM = 80.0  # lam * sqrt(R)
 
 
-def _error_terms(xh, xh_first, weight, bias, activation, z, y) -> torch.Tensor:
-    """The rule's `terms` for every element (float64)."""
+def _error_terms(xh, xh_first, weight, bias, activation, z, y, pre_err=None) -> torch.Tensor:
+    """The rule's `terms` for every element (float64); pre_err: the pre-add's share of z's error
+    divided by |gamma| (see the rule), or None."""
     g = 1.0 if weight is None else weight.abs()
     b = 0.0 if bias is None else bias.abs()
     c_rstd = 3.0 + 0.5 * _C_SUM * (2.0 + xh_first * xh_first)
     err = _U32 * (c_rstd * (xh * g).abs() + _C_SUM * (1.0 + xh_first.abs()) * g + 3.0 * b)
+    if pre_err is not None:
+        err = err + pre_err * g
     if activation == "silu":
         err = 1.1 * err + _U32 * (4.0 + z.abs()) * y.abs()
     return err + z.abs() * 2.0**-62 + 2.0**-126
+
+
+def _pre_add(x: torch.Tensor, pre_bias: torch.Tensor | None, residual: torch.Tensor | None):
+    """(s, A, m) in float64 NCHW: s = x + pre_bias[n, c] + residual, A = |x| + |pre_bias| + |residual|
+    (the magnitudes before cancellation), m the roundings of its fp32 sum (terms added)."""
+    if x.dim() != 4:
+        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
+    n, c = x.shape[:2]
+    s = x.to(torch.float64)
+    mag = s.abs()
+    m = 0
+    if pre_bias is not None:
+        if tuple(pre_bias.shape) not in ((c,), (n, c)):
+            raise ValueError(f"pre_bias must be [C] or [N, C] = [{c}] or [{n}, {c}], got {tuple(pre_bias.shape)}")
+        b = pre_bias.to(device=s.device, dtype=torch.float64).reshape(-1, c, 1, 1)
+        s, mag, m = s + b, mag + b.abs(), m + 1
+    if residual is not None:
+        if tuple(residual.shape) != tuple(x.shape):
+            raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+        r = residual.to(device=s.device, dtype=torch.float64)
+        s, mag, m = s + r, mag + r.abs(), m + 1
+    return s.contiguous(), mag.contiguous(), m
+
+
+def _gamma(m: int) -> float:
+    return m * _U32 / (1.0 - m * _U32)
+
+
+def sum_reference(x: torch.Tensor, pre_bias: torch.Tensor | None = None,
+                  residual: torch.Tensor | None = None) -> torch.Tensor:
+    """s = x + pre_bias[n, c] + residual in float64 (pre_bias [C] or [N, C], residual x's shape):
+    the reference of sum_out, a contiguous float64 NCHW tensor carrying the rule's terms as
+    `.trtgn_error` (tolerance() then adds the output's rounding)."""
+    s, mag, m = _pre_add(x, pre_bias, residual)
+    s.trtgn_error = _gamma(m) * mag
+    return s
 
 
 def group_norm_act_reference(
@@ -61,28 +113,36 @@ def group_norm_act_reference(
     num_groups: int,
     eps: float,
     activation: str,
+    pre_bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """act(GroupNorm(x)) computed in float64 on x's device; returns a contiguous float64 NCHW tensor.
+    """act(GroupNorm(s)) computed in float64 on x's device, s = x + pre_bias[n, c] + residual (the
+    pre-add; x alone without one); returns a contiguous float64 NCHW tensor.
 
     Two-pass statistics (mean, then the mean of squared deviations): no cancellation.
     NaN/Inf propagate as the formula says: a group with a NaN or Inf is NaN throughout.
     The result carries the accuracy rule's terms as `.trtgn_error` (see tolerance()).
     """
-    if x.dim() != 4:
-        raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
     if activation not in spec.ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; expected one of {spec.ACTIVATIONS}")
+    s, mag, m = _pre_add(x, pre_bias, residual)
     n, c, h, w = x.shape
     if num_groups <= 0 or c % num_groups != 0:
         raise ValueError(f"num_groups={num_groups} must be > 0 and divide C={c}")
-    x64 = x.to(torch.float64).contiguous().reshape(n, num_groups, -1)
+    x64 = s.reshape(n, num_groups, -1)
     # Shifted by each group's first element (exact for 16-bit inputs and fp32 ones of one scale): a constant
     # group is then centred to exact zeros (variance 0: NaN with eps 0, as in exact arithmetic),
     # where a float64 mean of equal values may miss them by an ulp and give a finite result.
     d = x64 - x64[..., :1]
     centered = d - d.mean(dim=-1, keepdim=True)
     var = (centered * centered).mean(dim=-1, keepdim=True)
-    xh = centered * torch.rsqrt(var + eps)
+    rstd = torch.rsqrt(var + eps)
+    xh = centered * rstd
+    pre_err = None
+    if m:
+        d = _gamma(m) * mag.reshape(n, num_groups, -1)  # bounds of |s~ - s|
+        spread = d + d.mean(dim=-1, keepdim=True) + xh.abs() * (d * d).mean(dim=-1, keepdim=True).sqrt()
+        pre_err = (rstd * spread).reshape(n, c, h, w)
     xh_first = xh[..., :1].expand_as(xh).reshape(n, c, h, w)
     xh = xh.reshape(n, c, h, w)
     if weight is not None:
@@ -95,7 +155,7 @@ def group_norm_act_reference(
     if bias is not None:
         z = z + bias
     y = (z * torch.sigmoid(z) if activation == "silu" else z).contiguous()
-    y.trtgn_error = _error_terms(xh, xh_first, weight, bias, activation, z, y).contiguous()
+    y.trtgn_error = _error_terms(xh, xh_first, weight, bias, activation, z, y, pre_err).contiguous()
     return y
 
 

@@ -29,6 +29,27 @@ trtgn_status_t ok() {
 
 bool knownDtype(int d) { return d == TRTGN_DTYPE_FLOAT32 || d == TRTGN_DTYPE_FLOAT16 || d == TRTGN_DTYPE_BFLOAT16; }
 
+// a * b, saturated at UINT64_MAX (sizes are validated >= 0).
+uint64_t satMul(uint64_t a, uint64_t b) { return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
+// Bytes from a tensor's first element to just past its last (x's layout and
+// strides): NHWC spans n*h*w pixels of channel_stride, the last of c.
+uint64_t extentBytes(const trtgn_params_t& p) {
+    const uint64_t pixels = satMul(uint64_t(p.n), satMul(uint64_t(p.h), uint64_t(p.w)));
+    if (pixels == 0 || p.c == 0) return 0;
+    const uint64_t elements = p.layout == TRTGN_LAYOUT_NHWC
+                                  ? satMul(pixels - 1, uint64_t(p.channel_stride)) + uint64_t(p.c)
+                                  : satMul(pixels, uint64_t(p.c));
+    return satMul(elements, p.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
+}
+
+// Whether two tensors of x's extent at a and b share a byte (NULL: never).
+bool overlaps(const void* a, const void* b, uint64_t extent) {
+    if (a == nullptr || b == nullptr || extent == 0) return false;
+    const uintptr_t u = reinterpret_cast<uintptr_t>(a), v = reinterpret_cast<uintptr_t>(b);
+    return u < v ? v - u < extent : u - v < extent;
+}
+
 // Validates everything but the data pointers and the workspace; fills `out`.
 trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
     if (params == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "params is NULL");
@@ -46,7 +67,7 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
     if (!knownDtype(p.dtype)) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown dtype %d", (int)p.dtype);
     if (p.activation != TRTGN_ACTIVATION_NONE && p.activation != TRTGN_ACTIVATION_SILU)
         return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown activation %d", (int)p.activation);
-    if ((p.gamma != nullptr || p.beta != nullptr) && p.affine_dtype != p.dtype &&
+    if ((p.gamma != nullptr || p.beta != nullptr || p.pre_bias != nullptr) && p.affine_dtype != p.dtype &&
         p.affine_dtype != TRTGN_DTYPE_FLOAT32)
         return fail(TRTGN_STATUS_INVALID_ARGUMENT,
                     "affine_dtype %d must be the input dtype (%d) or TRTGN_DTYPE_FLOAT32", (int)p.affine_dtype,
@@ -59,6 +80,22 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
                     (long long)p.channel_stride, (long long)p.c);
     if (!(p.epsilon >= 0.0f) || std::isinf(p.epsilon))
         return fail(TRTGN_STATUS_INVALID_ARGUMENT, "epsilon must be finite and >= 0, got %g", (double)p.epsilon);
+    if (p.pre_bias != nullptr && p.pre_bias_n_stride != 0 && p.pre_bias_n_stride != p.c)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "pre_bias_n_stride (%lld) must be 0 or c (%lld)",
+                    (long long)p.pre_bias_n_stride, (long long)p.c);
+    if (p.sum_out != nullptr && p.pre_bias == nullptr && p.residual == nullptr)
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "sum_out needs pre_bias or residual");
+    // The kernels read x and residual and write y and sum_out element by
+    // element in no fixed order across blocks: an output overlapping another
+    // tensor (but y equal to x, each element read before it is written by the
+    // same thread) would be read after it was written.
+    const uint64_t extent = extentBytes(p);
+    if (overlaps(p.sum_out, p.x, extent)) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "sum_out must not overlap x");
+    if (overlaps(p.sum_out, p.residual, extent))
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "sum_out must not overlap residual");
+    if (overlaps(p.sum_out, p.y, extent)) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "sum_out must not overlap y");
+    if (overlaps(p.y, p.residual, extent))
+        return fail(TRTGN_STATUS_INVALID_ARGUMENT, "y must not overlap residual (y may equal x)");
 
     trtgn::Problem& q = *out;
     q.x = p.x;
@@ -76,6 +113,10 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
     q.gamma = p.gamma;
     q.beta = p.beta;
     q.affineFp32 = p.affine_dtype == TRTGN_DTYPE_FLOAT32;
+    q.preBias = p.pre_bias;
+    q.preBiasNStride = p.pre_bias != nullptr ? p.pre_bias_n_stride : 0;
+    q.residual = p.residual;
+    q.sumOut = p.sum_out;
     return TRTGN_STATUS_SUCCESS;
 }
 

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <vector_types.h>  // float2, float4 (host-side definitions)
 
+#include <type_traits>
+
 #ifdef __CUDACC__
 #define TRTGN_HD __host__ __device__
 #else
@@ -26,12 +28,58 @@ inline bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
     return true;
 }
 
+// The pre-add (ABI 4): s = (x + bias[n, c]) + residual, in fp32, in this
+// order everywhere, so that every block and kernel computes the same s (a
+// group's shift k is its first s). Kernels take it as a compile-time flag
+// kPre and then an argument struct with a PreAdd appended (ArgsWith): the
+// plain kernels keep their argument structs, byte for byte. (Growing a
+// struct of 128 bytes changed the plain kernels' code: NVVM then read the
+// parameter through its address instead of field by field.)
+struct PreAdd {
+    const void* bias;      // NULL or [C] ([N, C] where biasNStride == C), fp32 or the dtype (biasFp32)
+    const void* residual;  // NULL or x's shape, layout and strides
+    void* sum;             // NULL or where s goes, rounded to the dtype (y's strides)
+    int64_t biasNStride;   // 0 or C
+    int64_t cpg;           // channels a group: group g's first channel is g * cpg
+    bool biasFp32;
+};
+
+template <typename Args>
+struct WithPreAdd : Args {
+    PreAdd pre;
+};
+template <bool kPre, typename Args>
+using ArgsWith = typename std::conditional<kPre, WithPreAdd<Args>, Args>::type;
+
+// A kernel's arguments: `args`, with `pre` appended where kPre.
+template <bool kPre, typename Args>
+inline ArgsWith<kPre, Args> argsWith(const Args& args, const PreAdd& pre) {
+    if constexpr (kPre) {
+        WithPreAdd<Args> w;
+        static_cast<Args&>(w) = args;
+        w.pre = pre;
+        return w;
+    } else {
+        (void)pre;
+        return args;
+    }
+}
+
 // ---------------------------------------------------------- clusters ----
 
 // At most 512 threads a block, so the compiler may give each thread up to 128
 // registers: the data (4 per 16-byte vector) plus per-element statistics.
 constexpr int kClusterMaxThreads = 512;
 constexpr int kMaxK = 8;  // blocks a cluster
+// Vectors a thread of a pre-add's plan (kPre), of a kernel whose plain plans
+// hold up to maxVpt: half, since a thread holds x's and the residual's
+// vectors while they load, then s in fp32 (twice a 16-bit vector's
+// registers); a quarter in 16 bits for the kernels of per-element sums
+// (`sets`: gnFusedSet2, gnFusedNHWC), whose half spilled. The planner and the
+// compiled kernels share it.
+TRTGN_HD constexpr int kPreMaxVpt(int maxVpt, bool sets, int elementBytes) {
+    return sets && elementBytes == 2 ? maxVpt / 4 : maxVpt / 2;
+}
 
 struct ClusterArgs {
     const void* x;

@@ -261,10 +261,56 @@ __device__ __forceinline__ void loadAffineVec(const void* p, int64_t c0, bool fp
     for (int e = 0; e < VEC; ++e) out[e] = loadAffine<T>(p, c0 + e, fp32, dflt);
 }
 
+// ------------------------------------------------------------ pre-add ----
+// kPre (PreAdd, group_norm_args.h): x's and the residual's vectors are loaded
+// together, and once they have landed each is turned into s in fp32, written
+// to sum_out, and held (PreHeld) in place of x's packed vector for both the
+// sums and the apply: k is the group's first s (groupFirst). In 16 bits the
+// held s takes twice the registers of a packed vector, and while loads are in
+// flight x's and the residual's vectors are both held in any dtype: the
+// planner gives kPre plans fewer vectors a thread (kPreMaxVpt, half or a
+// quarter), and only those are compiled. Plain kernels hold an empty
+// array and read x's vectors exactly as before.
+template <bool kPre, int VPT, int VEC>
+struct PreHeld {
+    float v[kPre ? VPT : 1][kPre ? VEC : 1];
+};
+
+// Element e of the thread's vector i: s (kPre) or x.
+template <bool kPre, typename T, int VEC, int VPT>
+__device__ __forceinline__ float held(const Raw<T, VEC>& d, const PreHeld<kPre, VPT, VEC>& s, int i, int e) {
+    if constexpr (kPre) {
+        return s.v[i][e];
+    } else {
+        return d.getFresh(e);
+    }
+}
+
+// s of x's vector d at element offset off (of x, the residual and sum_out, as
+// p has them), the residual's vector r and the biases b of its elements; to
+// sum_out where `write`.
+template <typename T, int VEC>
+__device__ __forceinline__ void formSum(const PreAdd& p, int64_t off, bool write, const Raw<T, VEC>& d,
+                                        const Raw<T, VEC>& r, const float (&b)[VEC], float (&s)[VEC]) {
+    preSumVec<T, VEC>(d, r, b, s);
+    if (write && p.sum != nullptr) storeVec<T, VEC, Cache::kDefault, true>(static_cast<T*>(p.sum) + off, s);
+}
+
+// A group's shift k: its first element of x, or of s (kPre) with the bias of
+// channel c of image n; off from x (and p's residual).
+template <bool kPre, typename T>
+__device__ __forceinline__ float groupFirst(const T* x, const PreAdd& p, int64_t off, int64_t n, int64_t c) {
+    if constexpr (kPre) {
+        return preSumAt<T>(x, p, off, preBiasAt<T>(p, n, c));
+    } else {
+        return toFloat<T>(x[off]);
+    }
+}
+
 // ---------------------------------------------------------------- NHWC ----
 
-template <typename T, int VPT>
-__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a) {
+template <typename T, int VPT, bool kPre = false>
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ArgsWith<kPre, ClusterArgs> a) {
     constexpr int VEC = kVec16<T>;
     __shared__ float2 red[kMaxWarps][32][VEC];  // per warp, per vector of the set, per element
     __shared__ double2 part[VEC];  // this block's sums per group of the set (<= VEC groups)
@@ -295,15 +341,37 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a)
     for (int i = 0; i < VPT; ++i) {
         if (active && pixel(i) < a.hw) data[i] = loadRaw<T, VEC>(x + pixel(i) * a.cs);
     }
+    // kPre: the pre-add's tensors from the set's first element.
+    [[maybe_unused]] PreAdd pre{};
+    [[maybe_unused]] Raw<T, VEC> res[kPre ? VPT : 1];
+    if constexpr (kPre) {
+        pre = preAt<T>(a.pre, setBase);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (active && pixel(i) < a.hw) res[i] = loadResidual<T, VEC>(pre, vc * VEC + pixel(i) * a.cs);
+        }
+    }
     auto groupOf = [&](int e) { return (vc * VEC + e) / a.cpg; };  // group of element e within the set
     float shiftK[VEC], gamma[VEC], beta[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        shiftK[e] = toFloat<T>(xs[groupOf(e) * a.cpg]);
+        shiftK[e] = groupFirst<kPre, T>(xs, pre, groupOf(e) * a.cpg, n, set * a.setChannels + groupOf(e) * a.cpg);
         gamma[e] = loadAffine<T>(a.gamma, c0 + e, a.affineFp32, 1.f);
         beta[e] = loadAffine<T>(a.beta, c0 + e, a.affineFp32, 0.f);
     }
-    const float kMine = tid < gps ? toFloat<T>(xs[tid * a.cpg]) : 0.f;
+    const float kMine =
+        tid < gps ? groupFirst<kPre, T>(xs, pre, tid * a.cpg, n, set * a.setChannels + tid * a.cpg) : 0.f;
+    PreHeld<kPre, VPT, VEC> sv;
+    if constexpr (kPre) {
+        float b[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) b[e] = preBiasAt<T>(pre, n, c0 + e);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (active && pixel(i) < a.hw)
+                formSum<T, VEC>(pre, vc * VEC + pixel(i) * a.cs, true, data[i], res[i], b, sv.v[i]);
+        }
+    }
 
     float s1[VEC], s2[VEC];
 #pragma unroll
@@ -313,7 +381,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a)
         if (active && pixel(i) < a.hw) {
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float d = data[i].getFresh(e) - shiftK[e];
+                const float d = held<kPre>(data[i], sv, i, e) - shiftK[e];
                 s1[e] += d;
                 s2[e] = fmaf(d, d, s2[e]);
             }
@@ -360,7 +428,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a)
             float out[VEC];
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+                out[e] = fmaf(held<kPre>(data[i], sv, i, e) - f[e].hi, f[e].scale, f[e].shift);
             activateVec(out, a.act);
             storeVec<T, VEC>(y + pixel(i) * a.cs, out);
         }
@@ -376,8 +444,8 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedNHWC(ClusterArgs a)
 // t / Vs, t / Vs + rows, ..., so its elements belong to two fixed groups
 // (lo for e < split, hi after) and it keeps two pairs of scalar sums. No idle
 // lanes, and consecutive threads read consecutive memory.
-template <typename T, int VPT>
-__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a) {
+template <typename T, int VPT, bool kPre = false>
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ArgsWith<kPre, ClusterArgs> a) {
     constexpr int VEC = kVec16<T>;
     __shared__ __align__(16) float2 red[kMaxWarps * VEC];  // see exchangeSums
     __shared__ double2 table[kMaxK * VEC];
@@ -414,16 +482,37 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a)
             if (unit(i) < a.hw) data[i] = loadRaw<T, VEC>(x + i * a.unitStep);
         }
     }
+    // kPre: the pre-add's tensors from the set's first element.
+    [[maybe_unused]] PreAdd pre{};
+    [[maybe_unused]] Raw<T, VEC> res[kPre ? VPT : 1];
+    if constexpr (kPre) {
+        pre = preAt<T>(a.pre, setBase);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (a.exact || unit(i) < a.hw) res[i] = loadResidual<T, VEC>(pre, off0 + i * a.unitStep);
+        }
+    }
     const int c0 = lu * VEC;  // channel of element 0 within the set
     const int gLo = c0 / a.cpg, gHi = (c0 + VEC - 1) / a.cpg;
     const int split = gHi == gLo ? VEC : (gLo + 1) * a.cpg - c0;  // elements e < split are of gLo
     clusterArriveStarted(K, gps, &bar);
-    const float kLo = toFloat<T>(xs[gLo * a.cpg]), kHi = toFloat<T>(xs[gHi * a.cpg]);
-    const float kMine = tid < gps ? toFloat<T>(xs[tid * a.cpg]) : 0.f;
+    const int64_t n = blockIdx.y, cSet = int64_t(set) * a.setChannels;
+    const float kLo = groupFirst<kPre, T>(xs, pre, gLo * a.cpg, n, cSet + gLo * a.cpg);
+    const float kHi = groupFirst<kPre, T>(xs, pre, gHi * a.cpg, n, cSet + gHi * a.cpg);
+    const float kMine = tid < gps ? groupFirst<kPre, T>(xs, pre, tid * a.cpg, n, cSet + tid * a.cpg) : 0.f;
     const int64_t cAbs = set * a.setChannels + c0;
     float gamma[VEC], beta[VEC];
     loadAffineVec<T, VEC>(a.gamma, cAbs, a.affineFp32, 1.f, gamma);
     loadAffineVec<T, VEC>(a.beta, cAbs, a.affineFp32, 0.f, beta);
+    PreHeld<kPre, VPT, VEC> sv;
+    if constexpr (kPre) {
+        float b[VEC];
+        loadAffineVec<T, VEC>(pre.bias, n * pre.biasNStride + cAbs, pre.biasFp32, 0.f, b);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (unit(i) < a.hw) formSum<T, VEC>(pre, off0 + i * a.unitStep, true, data[i], res[i], b, sv.v[i]);
+        }
+    }
 
     // Each vector's sums first (see gnFusedGroup).
     float lo1 = 0.f, lo2 = 0.f, hi1 = 0.f, hi2 = 0.f;
@@ -433,7 +522,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a)
             float l1 = 0.f, l2 = 0.f, h1 = 0.f, h2 = 0.f;
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float d = data[i].getFresh(e) - (e < split ? kLo : kHi);
+                const float d = held<kPre>(data[i], sv, i, e) - (e < split ? kLo : kHi);
                 if (e < split) {
                     l1 += d;
                     l2 = fmaf(d, d, l2);
@@ -471,7 +560,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a)
             float out[VEC];
 #pragma unroll
             for (int e = 0; e < VEC; ++e)
-                out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+                out[e] = fmaf(held<kPre>(data[i], sv, i, e) - f[e].hi, f[e].scale, f[e].shift);
             activateVec(out, a.act);
             storeVec<T, VEC, Cache::kDefault, true>(y + i * a.unitStep, out);
         }
@@ -487,8 +576,8 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedSet2(ClusterArgs a)
 // 16, or 8 or 4 where a group's bytes a pixel are no multiple of 16); thread t owns lane
 // t % lanes of units t / lanes, t / lanes + rows, ... (consecutive threads
 // read consecutive memory in both layouts).
-template <typename T, int VPT, bool NHWC, int VB = 16>
-__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a) {
+template <typename T, int VPT, bool NHWC, int VB = 16, bool kPre = false>
+__global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ArgsWith<kPre, ClusterArgs> a) {
     static_assert(VB == 16 || NHWC, "NCHW reads 16-byte vectors");
     constexpr int VEC = VB / int(sizeof(T));
     __shared__ __align__(16) float2 red[kMaxWarps];  // see exchangeSums
@@ -551,8 +640,25 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
             if (unit(i) < a.units) data[i] = loadRaw<T, VEC>(x + offset(i));
         }
     }
+    // kPre: the pre-add's tensors from x's origin here (NHWC: the tensor's
+    // first element; NCHW: the group's).
+    [[maybe_unused]] PreAdd pre{};
+    [[maybe_unused]] Raw<T, VEC> res[kPre ? VPT : 1];
+    if constexpr (kPre) {
+        pre = preAt<T>(a.pre, NHWC ? 0 : base);
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if ((NHWC && a.exact) || unit(i) < a.units) res[i] = loadResidual<T, VEC>(pre, offset(i));
+        }
+    }
     clusterArriveStarted(K, 1, &bar);
-    const float k = toFloat<T>(static_cast<const T*>(a.x)[base]);
+    [[maybe_unused]] const int64_t n = blockIdx.y;
+    float k;
+    if constexpr (kPre) {
+        k = groupFirst<kPre, T>(static_cast<const T*>(a.x), a.pre, base, n, g * a.cpg);
+    } else {
+        k = toFloat<T>(static_cast<const T*>(a.x)[base]);
+    }
     // gamma and beta: NHWC, this thread's VEC channels g*cpg + lu*VEC + j;
     // NCHW, the channel of unit j (hw % VEC == 0 on this path, so a vector
     // lies in one channel). Loaded with the data, except NCHW with 16 units
@@ -570,11 +676,16 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
         return unit(j) < a.units ? c : g * a.cpg;  // past the end: never used
     };
     constexpr bool kPrefetch = NHWC || VPT <= 8;
+    static_assert(kPrefetch || !kPre, "kPre plans hold at most 8 NCHW vectors a thread");
     constexpr int kAff = kPrefetch ? (NHWC ? VEC : VPT) : 1;
     float gamma[kAff], beta[kAff];
+    // kPre: the pre-add's biases, like gamma (NCHW: one a vector).
+    [[maybe_unused]] float pb[kPre ? kAff : 1];
     if constexpr (NHWC) {
         loadAffineVec<T, VEC>(a.gamma, g * a.cpg + lu * VEC, a.affineFp32, 1.f, gamma);
         loadAffineVec<T, VEC>(a.beta, g * a.cpg + lu * VEC, a.affineFp32, 0.f, beta);
+        if constexpr (kPre)
+            loadAffineVec<T, VEC>(pre.bias, n * pre.biasNStride + g * a.cpg + lu * VEC, pre.biasFp32, 0.f, pb);
     } else if constexpr (kPrefetch) {
         ChannelWalk w = walkChannels();
 #pragma unroll
@@ -582,6 +693,19 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
             const int64_t c = channel(j, w);
             gamma[j] = loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
             beta[j] = loadAffine<T>(a.beta, c, a.affineFp32, 0.f);
+            if constexpr (kPre) pb[j] = preBiasAt<T>(pre, n, c);
+        }
+    }
+    PreHeld<kPre, VPT, VEC> sv;
+    if constexpr (kPre) {
+#pragma unroll
+        for (int i = 0; i < VPT; ++i) {
+            if (unit(i) < a.units) {
+                float b[VEC];
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) b[e] = pb[NHWC ? e : i];
+                formSum<T, VEC>(pre, offset(i), mine(i), data[i], res[i], b, sv.v[i]);
+            }
         }
     }
 
@@ -595,7 +719,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
             float v1 = 0.f, v2 = 0.f;
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float d = data[i].getFresh(e) - k;
+                const float d = held<kPre>(data[i], sv, i, e) - k;
                 v1 += d;
                 v2 = fmaf(d, d, v2);
             }
@@ -617,7 +741,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
                 float out[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; ++e)
-                    out[e] = fmaf(data[i].getFresh(e) - f[e].hi, f[e].scale, f[e].shift);
+                    out[e] = fmaf(held<kPre>(data[i], sv, i, e) - f[e].hi, f[e].scale, f[e].shift);
                 activateVec(out, a.act);
                 storeVec<T, VEC, Cache::kDefault, true>(y + offset(i), out);
             }
@@ -636,7 +760,7 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
                 float out[VEC];
 #pragma unroll
                 for (int e = 0; e < VEC; ++e)
-                    out[e] = fmaf(data[i].getFresh(e) - f.hi, f.scale, f.shift);
+                    out[e] = fmaf(held<kPre>(data[i], sv, i, e) - f.hi, f.scale, f.shift);
                 activateVec(out, a.act);
                 storeVec<T, VEC>(y + offset(i), out);
             }
@@ -646,44 +770,52 @@ __global__ void __launch_bounds__(kClusterMaxThreads) gnFusedGroup(ClusterArgs a
 
 // ------------------------------------------------------------- launch ----
 
-template <typename T, template <typename, int> class Kernel, bool kWith32 = false>
+// The kernel of `vpt` vectors a thread, up to 16 (kWith32: 32). kPre plans
+// hold fewer (kPreMaxVpt; `sets`: the kernels of per-element sums): only
+// those are compiled.
+template <typename T, template <typename, int, bool> class Kernel, bool kWith32, bool kPre, bool kSets = false>
 const void* pickKernel(int vpt) {
-    if constexpr (kWith32) {
-        if (vpt == 32) return Kernel<T, 32>::get();
+    constexpr int kMax = kPre ? kPreMaxVpt(kWith32 ? 32 : 16, kSets, int(sizeof(T))) : (kWith32 ? 32 : 16);
+    if constexpr (kMax == 32) {
+        if (vpt == 32) return Kernel<T, 32, kPre>::get();
     }
     switch (vpt) {
-        case 1: return Kernel<T, 1>::get();
-        case 2: return Kernel<T, 2>::get();
-        case 4: return Kernel<T, 4>::get();
-        case 8: return Kernel<T, 8>::get();
-        default: return Kernel<T, 16>::get();
+        case 1: return Kernel<T, 1, kPre>::get();
+        case 2: return Kernel<T, 2, kPre>::get();
+        case 4: return Kernel<T, 4, kPre>::get();
+        case 8:
+            if constexpr (kMax >= 8) return Kernel<T, 8, kPre>::get();
+            return nullptr;
+        default:
+            if constexpr (kMax >= 16) return Kernel<T, 16, kPre>::get();
+            return nullptr;
     }
 }
 
 #define TRTGN_CLUSTER_KERNEL(Name, ...)                                                   \
-    template <typename T, int VPT>                                                        \
+    template <typename T, int VPT, bool kPre>                                             \
     struct Name {                                                                         \
         static const void* get() { return reinterpret_cast<const void*>(&__VA_ARGS__); } \
     };
-TRTGN_CLUSTER_KERNEL(SetNHWCKernel, gnFusedNHWC<T, VPT>)
-TRTGN_CLUSTER_KERNEL(Set2Kernel, gnFusedSet2<T, VPT>)
-TRTGN_CLUSTER_KERNEL(GroupNCHWKernel, gnFusedGroup<T, VPT, false>)
-TRTGN_CLUSTER_KERNEL(GroupNHWCKernel, gnFusedGroup<T, VPT, true>)
-TRTGN_CLUSTER_KERNEL(GroupNHWC8Kernel, gnFusedGroup<T, VPT, true, 8>)
-TRTGN_CLUSTER_KERNEL(GroupNHWC4Kernel, gnFusedGroup<T, VPT, true, 4>)
+TRTGN_CLUSTER_KERNEL(SetNHWCKernel, gnFusedNHWC<T, VPT, kPre>)
+TRTGN_CLUSTER_KERNEL(Set2Kernel, gnFusedSet2<T, VPT, kPre>)
+TRTGN_CLUSTER_KERNEL(GroupNCHWKernel, gnFusedGroup<T, VPT, false, 16, kPre>)
+TRTGN_CLUSTER_KERNEL(GroupNHWCKernel, gnFusedGroup<T, VPT, true, 16, kPre>)
+TRTGN_CLUSTER_KERNEL(GroupNHWC8Kernel, gnFusedGroup<T, VPT, true, 8, kPre>)
+TRTGN_CLUSTER_KERNEL(GroupNHWC4Kernel, gnFusedGroup<T, VPT, true, 4, kPre>)
 #undef TRTGN_CLUSTER_KERNEL
 
-template <typename T>
+template <typename T, bool kPre>
 const void* clusterKernel(ClusterKernel k, int vpt) {
     switch (k) {
-        case ClusterKernel::kGroupNCHW: return pickKernel<T, GroupNCHWKernel>(vpt);
-        case ClusterKernel::kGroupNHWC: return pickKernel<T, GroupNHWCKernel>(vpt);
-        case ClusterKernel::kGroupNHWC8Byte: return pickKernel<T, GroupNHWC8Kernel, true>(vpt);
+        case ClusterKernel::kGroupNCHW: return pickKernel<T, GroupNCHWKernel, false, kPre>(vpt);
+        case ClusterKernel::kGroupNHWC: return pickKernel<T, GroupNHWCKernel, false, kPre>(vpt);
+        case ClusterKernel::kGroupNHWC8Byte: return pickKernel<T, GroupNHWC8Kernel, true, kPre>(vpt);
         case ClusterKernel::kGroupNHWC4Byte:
-            if constexpr (sizeof(T) == 2) return pickKernel<T, GroupNHWC4Kernel, true>(vpt);
+            if constexpr (sizeof(T) == 2) return pickKernel<T, GroupNHWC4Kernel, true, kPre>(vpt);
             return nullptr;  // 4-byte vectors hold whole fp32 values only in pairs: never planned
-        case ClusterKernel::kSet2: return pickKernel<T, Set2Kernel>(vpt);
-        case ClusterKernel::kSetNHWC: return pickKernel<T, SetNHWCKernel>(vpt);
+        case ClusterKernel::kSet2: return pickKernel<T, Set2Kernel, false, kPre, true>(vpt);
+        case ClusterKernel::kSetNHWC: return pickKernel<T, SetNHWCKernel, false, kPre, true>(vpt);
     }
     return nullptr;
 }
@@ -693,8 +825,10 @@ const void* clusterKernel(ClusterKernel k, int vpt) {
 cudaError_t launchClusters(const Plan& plan, cudaStream_t stream) {
     const ClusterPlan& c = plan.clusters;
     const trtgn_dtype_t dtype = plan.problem.dtype;
+    const bool pre = plan.problem.preAdd();
     const void* kernel = dispatchDtype(dtype, static_cast<const void*>(nullptr), [&](auto t) {
-        return clusterKernel<typename decltype(t)::type>(c.kernel, c.vpt);
+        using T = typename decltype(t)::type;
+        return pre ? clusterKernel<T, true>(c.kernel, c.vpt) : clusterKernel<T, false>(c.kernel, c.vpt);
     });
     if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
     cudaLaunchConfig_t cfg = {};
@@ -712,6 +846,11 @@ cudaError_t launchClusters(const Plan& plan, cudaStream_t stream) {
     }
     ClusterArgs a = c.args;
     void* args[] = {&a};
+    if (pre) {
+        ArgsWith<true, ClusterArgs> w = argsWith<true>(a, preAddOf(plan.problem));
+        void* preArgs[] = {&w};
+        return cudaLaunchKernelExC(&cfg, kernel, preArgs);
+    }
     return cudaLaunchKernelExC(&cfg, kernel, args);
 }
 

@@ -187,6 +187,62 @@ __device__ __forceinline__ float loadAffine(const void* p, int64_t c, bool fp32,
     return fp32 ? __ldg(static_cast<const float*>(p) + c) : toFloat<T>(static_cast<const T*>(p)[c]);
 }
 
+// ------------------------------------------------------------ pre-add ----
+// s = (x + bias[n, c]) + residual in fp32 (PreAdd, group_norm_args.h): one
+// order everywhere, so that every kernel and block computing an element's s
+// gets the same value (the group's shift k, the first element's s, is
+// computed by several).
+__device__ __forceinline__ float preSum(float x, float b, float r) { return (x + b) + r; }
+
+// The pre-add with its residual and sum_out moved `off` elements on.
+template <typename T>
+__device__ __forceinline__ PreAdd preAt(PreAdd p, int64_t off) {
+    if (p.residual != nullptr) p.residual = static_cast<const T*>(p.residual) + off;
+    if (p.sum != nullptr) p.sum = static_cast<T*>(p.sum) + off;
+    return p;
+}
+
+// The pre-add's bias of channel c of image n (0 without a bias).
+template <typename T>
+__device__ __forceinline__ float preBiasAt(const PreAdd& p, int64_t n, int64_t c) {
+    return loadAffine<T>(p.bias, n * p.biasNStride + c, p.biasFp32, 0.f);
+}
+
+// s of the element at offset `off` of x (and of the residual) whose bias is b.
+template <typename T>
+__device__ __forceinline__ float preSumAt(const T* x, const PreAdd& p, int64_t off, float b) {
+    const float r = p.residual != nullptr ? toFloat<T>(static_cast<const T*>(p.residual)[off]) : 0.f;
+    return preSum(toFloat<T>(x[off]), b, r);
+}
+
+// The residual's vector at offset `off` (zeros without a residual).
+template <typename T, int VEC, Cache C = Cache::kDefault>
+__device__ __forceinline__ Raw<T, VEC> loadResidual(const PreAdd& p, int64_t off) {
+    Raw<T, VEC> r{};
+    if (p.residual != nullptr) r = loadRaw<T, VEC, C>(static_cast<const T*>(p.residual) + off);
+    return r;
+}
+
+// s of a loaded vector d of x, its residual's vector rv (loadResidual) and the
+// biases b of its elements' channels.
+template <typename T, int VEC>
+__device__ __forceinline__ void preSumVec(const Raw<T, VEC>& d, const Raw<T, VEC>& rv, const float (&b)[VEC],
+                                          float (&s)[VEC]) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s[e] = preSum(d.get(e), b[e], rv.get(e));
+}
+
+// Element e of x's vector d (plain kernels) or of s (kPre): plain kernels
+// compile exactly as without a pre-add.
+template <bool kPre, typename T, int VEC>
+__device__ __forceinline__ float valueOf(const Raw<T, VEC>& d, const float (&s)[VEC], int e) {
+    if constexpr (kPre) {
+        return s[e];
+    } else {
+        return d.get(e);
+    }
+}
+
 // The hardware's approximate 2^x and 1/x (one MUFU op each, no branches):
 // within 2 fp32 ulp, far inside the 1e-5 relative target of fp32 outputs.
 __device__ __forceinline__ float ex2Approx(float x) {

@@ -41,9 +41,12 @@ bool because(Plan* plan, const char* fmt, ...) {
 // The 16-byte vector paths (clusters, grid) need aligned pointers and, NHWC,
 // whole vectors a pixel (C and the channel stride), NCHW whole vectors a
 // channel (H * W).
+// The pre-add's residual and sum_out are read and written like x and y.
 bool hasVectors(const Problem& p) {
     const int vec = 16 / elementBytes(p.dtype);
-    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0;
+    const bool aligned = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.residual) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.sumOut) % 16 == 0;
     return p.layout == TRTGN_LAYOUT_NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
 }
 
@@ -73,9 +76,11 @@ int64_t gcd64(int64_t a, int64_t b) {
 // ---------------------------------------------------------- clusters ----
 
 constexpr int kVptChoices[] = {1, 2, 4, 8, 16, 32};
-// Registers a thread needs, for the occupancy estimate of the cost model.
-constexpr int clusterRegs(int vpt, bool nhwcSets) {
-    return (nhwcSets ? 64 : 32) + 6 * vpt > 128 ? 128 : (nhwcSets ? 64 : 32) + 6 * vpt;
+// Registers a thread needs, for the occupancy estimate of the cost model. A
+// pre-add's thread holds s in fp32: twice the registers a vector.
+constexpr int clusterRegs(int vpt, bool nhwcSets, bool pre) {
+    const int r = (nhwcSets ? 64 : 32) + (pre ? 12 : 6) * vpt;
+    return r > 128 ? 128 : r;
 }
 
 struct ClusterShape {
@@ -138,10 +143,14 @@ struct ForcedPlan {
 // force: only the forced (K, VPT[, threads]) is considered; where it breaks
 // a rule of the loop, clusterShape says which in out->why (ok false, said).
 ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs, int maxK, CostKind kind,
-                          int minK = 1, const ForcedPlan* force = nullptr, Plan* out = nullptr) {
+                          bool pre, int elementBytes, int minK = 1, const ForcedPlan* force = nullptr,
+                          Plan* out = nullptr) {
     const bool narrow = kind == CostKind::kNHWCNarrow;
     const CostConstants& c = kCost[int(kind)];
-    const int minVpt = narrow ? 2 : 1, maxVpt = narrow ? 32 : 16;  // the range the cost was fitted on
+    // The range the cost was fitted on; a pre-add's kernels hold fewer.
+    const int plainMax = narrow ? 32 : 16;
+    const int minVpt = narrow ? 2 : 1,
+              maxVpt = pre ? kPreMaxVpt(plainMax, kind == CostKind::kNHWCSet, elementBytes) : plainMax;
     ClusterShape best;
     int64_t g32 = 32, l = lanes;  // rows * lanes must be whole warps
     while (l % 2 == 0 && g32 > 1) {
@@ -175,7 +184,7 @@ ClusterShape clusterShape(int64_t units, int lanes, int64_t clusters, int numSMs
                 if (force) because(out, "clusters: cluster=%d vpt=%d leaves a block with nothing to do", K, vpt);
                 continue;
             }
-            const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet);
+            const int64_t regs = clusterRegs(vpt, kind == CostKind::kNHWCSet, pre);
             const int64_t bps = std::max<int64_t>(1, std::min<int64_t>(2048 / threads, 65536 / (threads * regs)));
             // Clusters must fit in one GPC: with K >= 4 some SMs stay idle
             // (15, not 16, clusters of 8 one-block SMs fit an H100/H200).
@@ -244,6 +253,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     const int eb = elementBytes(p.dtype);
     const int VEC = 16 / eb;
     const int maxK = dev.hopperCode ? kMaxK : 1;  // thread-block clusters need Hopper
+    const bool pre = p.preAdd();
     if (p.n > 65535 || p.c > (int64_t(1) << 30)) return because(out, "clusters: over 65535 images or 2^30 channels");
     ClusterArgs a = argsOf<ClusterArgs>(p);
     a.hw = p.hw;
@@ -275,7 +285,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
                               narrowLanes <= 32 && (narrowBytes == 8 ? narrowLanes >= 2 : eb == 2 && narrowLanes >= 8);
     // Where they have no shape under maxCost, the sets below are tried.
     if (narrowGroups)
-        s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow, 1, force, out);
+        s = clusterShape(p.hw, int(narrowLanes), p.n * p.groups, dev.numSMs, maxK, CostKind::kNHWCNarrow, pre, eb, 1, force, out);
     // gnFusedGroup's NHWC offsets are 32-bit; larger tensors (thousands of
     // images) take another path.
     const bool fits32 = p.n * p.hw * p.cs < (int64_t(1) << 31);
@@ -296,7 +306,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         const int64_t vs = p.cpg / VEC;
         kind = CostKind::kNHWCGroup;
         costLanes = vs;
-        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, kind, 1, force, out);
+        s = clusterShape(p.hw, int(vs), p.n * p.groups, dev.numSMs, maxK, kind, pre, eb, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         if (!fits32) return because(out, "clusters: 2^31 elements or more");
         if (!force) s = splitShape(s, p.n * p.groups, dev);
@@ -313,7 +323,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         kind = CostKind::kNHWCSet;
         costLanes = vs;
         costClusters = p.n * sets;
-        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, kind, 1, force, out);
+        s = clusterShape(p.hw, int(vs), p.n * sets, dev.numSMs, maxK, kind, pre, eb, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -337,7 +347,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         kind = CostKind::kNHWCSet;
         costLanes = vp;
         costClusters = p.n * sets;
-        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, kind, 1, force, out);
+        s = clusterShape(p.hw, vp, p.n * sets, dev.numSMs, maxK, kind, pre, eb, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         a.setChannels = int(setChannels);
         a.vs = int(vs);
@@ -352,7 +362,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         kind = CostKind::kNCHW;
         costUnits = units;
         costLanes = 1;
-        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, kind, 1, force, out);
+        s = clusterShape(units, 1, clusters, dev.numSMs, maxK, kind, pre, eb, 1, force, out);
         if (!s.ok || s.cost >= maxCost) return rejectShape(s, maxCost, maxK, out);
         // Where clusters of 2 put one block on each of at least half the SMs
         // (two images of 32 groups: 64 clusters, 128 blocks), 16-bit NCHW runs
@@ -360,7 +370,7 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
         // blocks an SM), misses. Not for groups under 512 vectors nor fp32
         // (slower there).
         if (!force && eb == 2 && maxK >= 2 && 2 * clusters <= dev.numSMs && 4 * clusters > dev.numSMs && units >= 512) {
-            const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, 2);
+            const ClusterShape pairs = clusterShape(units, 1, clusters, dev.numSMs, 2, CostKind::kNCHW, pre, eb, 2);
             if (pairs.ok) s = pairs;
         }
         a.groupsPerN = int(p.groups);
@@ -385,14 +395,15 @@ bool planClusters(const Problem& p, const Device& dev, double maxCost, Plan* out
     a.rowSkip32 = uint32_t(p.cs - int64_t(a.vs) * groupVec);
 
     Plan& q = *out;
+    const char* withPre = pre ? ", with the pre-add" : "";
     if (force)  // the inputs of the estimate: what the cost model's sweep records of each plan
-        because(out, "clusters: estimate %.2f of kind=%s units=%lld lanes=%lld clusters=%lld sms=%d", s.cost,
+        because(out, "clusters: estimate %.2f of kind=%s units=%lld lanes=%lld clusters=%lld sms=%d%s", s.cost,
                 kCostKindNames[int(kind)], (long long)costUnits, (long long)costLanes, (long long)costClusters,
-                dev.numSMs);
+                dev.numSMs, withPre);
     else if (std::isinf(maxCost))
-        because(out, "clusters: estimate %.0f, taken at any cost (no grid)", s.cost);
+        because(out, "clusters: estimate %.0f, taken at any cost (no grid)%s", s.cost, withPre);
     else
-        because(out, "clusters: estimate %.0f under %.0f", s.cost, maxCost);
+        because(out, "clusters: estimate %.0f under %.0f%s", s.cost, maxCost, withPre);
     q.path = Path::kClusters;
     q.kernel = name;
     q.vec = groupVec;
@@ -453,6 +464,7 @@ int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t*
 bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
     const int eb = elementBytes(p.dtype), VEC = 16 / eb;
     if (!dev.hopperCode || dev.maxSmemOptin <= 0) return because(out, "grid: no Hopper code on this device");
+    if (p.preAdd()) return because(out, "grid: no pre-add (pre_bias, residual) on this path");
     const size_t workspace = workspaceBytes(p);
     GridArgs a = argsOf<GridArgs>(p);
     a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
@@ -852,8 +864,9 @@ Plan planGroupNorm(const Problem& p, const Device& dev, const KernelQueries& que
 #endif
     const bool vectors = hasVectors(p);
     if (!vectors) {
-        because(&plan, "no 16-byte vectors (x, y 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
-                16 / elementBytes(p.dtype));
+        because(&plan,
+                "no 16-byte vectors (x, y%s 16-byte aligned; NHWC C and channel stride, NCHW H*W, multiples of %d)",
+                p.residual != nullptr || p.sumOut != nullptr ? ", residual, sum_out" : "", 16 / elementBytes(p.dtype));
     } else {
         if (planClusters(p, dev, kClustersOverGridCost, &plan)) return plan;
         if (planGrid(p, dev, queries, &plan) || plan.error != cudaSuccess) return plan;

@@ -12,6 +12,15 @@
 //      read of x and the write of y are marked evict-first.
 // Statistics are taken of d = x - k, k the group's first element, so that
 // fp32 keeps full precision for |mean| >> std (see group_norm_cluster.cu).
+//
+// With a pre-add (kPre, PreAdd), x is s = (x + bias) + residual throughout:
+// k is the group's first s, the statistics pass writes sum_out, and the
+// apply pass recomputes s from x and the residual. Reading sum_out back
+// instead is exact only in fp32 (a 16-bit sum_out is s rounded, and y must be
+// of the s the statistics saw: a rounding of half an ulp of |s| would be
+// 2^-9 |mean| / std of the output where |mean| >> std); so fp32 with sum_out
+// applies from sum_out (one read where x and the residual were two), and
+// every other pre-add recomputes s.
 #include "group_norm_common.cuh"
 #include "group_norm_launch.h"
 
@@ -23,35 +32,124 @@ constexpr int kThreadsNCHW = kTwoPassThreadsNCHW;
 constexpr int kUnroll = 4;       // independent 16-byte loads in flight per thread (apply)
 constexpr int kStatsUnroll = 8;  // the statistics pass keeps less state: more loads in flight
 constexpr int kStatsRunRows = 32 * kStatsUnroll;  // fp32 statistics: rows a thread sums before merging (gnStatsNHWC)
+// kPre loads the residual beside x: half the loads in flight keep the NHWC
+// kernels within the registers of two blocks an SM (64 a thread).
+template <int kLoads, bool kPre> constexpr int kInFlight = kPre ? kLoads / 2 : kLoads;
 
 // ---------------------------------------------------------------- NHWC ----
 
-// Adds d = x - kt and d^2 to s1, s2 over one thread's rows p, p + step, ...
-// below pEnd; returns their count.
+// The statistics pass writes sum_out (PreAdd::sum, moved to the thread's
+// data; NULL: none): evict-first in 16 bits, which the apply pass does not
+// read back, plain in fp32, which it does.
 template <typename T, int VEC>
+__device__ __forceinline__ void storeSum(void* sum, int64_t off, const float (&s)[VEC]) {
+    if (sum == nullptr) return;
+    T* out = static_cast<T*>(sum) + off;
+    if constexpr (sizeof(T) == 4) {
+        storeVec<T, VEC>(out, s);
+    } else {
+        storeVec<T, VEC, Cache::kStreaming>(out, s);
+    }
+}
+
+// An NHWC thread's pre-add (kPre): offsets are x's from the thread's vector;
+// the residual and sum_out at the same offsets, the biases of its fixed
+// channels in b.
+template <typename T, int VEC>
+struct PreRows {
+    PreAdd p;      // residual and sum moved to the thread's vector
+    float b[VEC];
+    // s of x's vector d at offset off, the residual's vector rv; to sum_out.
+    __device__ __forceinline__ void sum(const Raw<T, VEC>& d, const Raw<T, VEC>& rv, int64_t off,
+                                        float (&s)[VEC]) const {
+        preSumVec<T, VEC>(d, rv, b, s);
+        storeSum<T, VEC>(p.sum, off, s);
+    }
+};
+
+// An NCHW group's pre-add (kPre): offsets from the group's first element; a
+// vector lies in one channel (hw % VEC == 0 where VEC > 1), offset / hw on from
+// the group's first, divided in 32 bits where the group's offsets fit them.
+template <typename T>
+struct PreGroup {
+    PreAdd p;  // residual and sum moved to the group's first element
+    int64_t n, c0, hw;
+    bool narrow;
+    __device__ __forceinline__ float biasAt(int64_t off) const {
+        const int64_t c = c0 + (narrow ? int64_t(uint32_t(off) / uint32_t(hw)) : off / hw);
+        return preBiasAt<T>(p, n, c);
+    }
+    template <int VEC>
+    __device__ __forceinline__ void sum(const Raw<T, VEC>& d, const Raw<T, VEC>& rv, int64_t off,
+                                        float (&s)[VEC]) const {
+        const float b = biasAt(off);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[e] = preSum(d.get(e), b, rv.get(e));
+        storeSum<T, VEC>(p.sum, off, s);
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ PreGroup<T> preGroup(const WithPreAdd<TwoPassArgs>& a, int64_t ng) {
+    PreGroup<T> r;
+    const int64_t n = ng / a.groups;
+    r.p = preAt<T>(a.pre, ng * a.cpg * a.hw);
+    r.n = n;
+    r.c0 = (ng - n * a.groups) * a.cpg;
+    r.hw = a.hw;
+    r.narrow = a.cpg * a.hw <= int64_t(UINT32_MAX);
+    return r;
+}
+
+// The PreRows of a thread whose vector starts at element offset `off` of x,
+// channel c0, in image n.
+template <typename T, int VEC>
+__device__ __forceinline__ PreRows<T, VEC> preRows(const WithPreAdd<TwoPassArgs>& a, int64_t off, int64_t n,
+                                                   int64_t c0) {
+    PreRows<T, VEC> r;
+    r.p = preAt<T>(a.pre, off);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) r.b[e] = preBiasAt<T>(a.pre, n, min(c0 + e, a.c - 1));
+    return r;
+}
+
+// Adds d = x - kt and d^2 to s1, s2 over one thread's rows p, p + step, ...
+// below pEnd; returns their count. kPre: of s (pre), written to sum_out.
+template <typename T, int VEC, bool kPre>
 __device__ __forceinline__ float sumRun(const T* x, int64_t cs, int64_t p, int64_t pEnd, int64_t step,
-                                        const float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC]) {
+                                        const float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC],
+                                        const PreRows<T, VEC>& pre) {
+    constexpr int kU = kInFlight<kStatsUnroll, kPre>;
     float cnt = 0.f;
-    for (; p + (kStatsUnroll - 1) * step < pEnd; p += kStatsUnroll * step) {
-        Raw<T, VEC> d[kStatsUnroll];
+    for (; p + (kU - 1) * step < pEnd; p += kU * step) {
+        Raw<T, VEC> d[kU];
+        [[maybe_unused]] Raw<T, VEC> rv[kPre ? kU : 1];
 #pragma unroll
-        for (int u = 0; u < kStatsUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (p + u * step) * cs);
+        for (int u = 0; u < kU; ++u) d[u] = loadRaw<T, VEC>(x + (p + u * step) * cs);
+        if constexpr (kPre) {
 #pragma unroll
-        for (int u = 0; u < kStatsUnroll; ++u) {
+            for (int u = 0; u < kU; ++u) rv[u] = loadResidual<T, VEC>(pre.p, (p + u * step) * cs);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            [[maybe_unused]] float sv[VEC];
+            if constexpr (kPre) pre.sum(d[u], rv[u], (p + u * step) * cs, sv);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
-                const float dv = d[u].get(e) - kt[e];
+                const float dv = valueOf<kPre>(d[u], sv, e) - kt[e];
                 s1[e] += dv;
                 s2[e] = fmaf(dv, dv, s2[e]);
             }
         }
-        cnt += float(kStatsUnroll);
+        cnt += float(kU);
     }
     for (; p < pEnd; p += step) {
         const Raw<T, VEC> d = loadRaw<T, VEC>(x + p * cs);
+        [[maybe_unused]] float sv[VEC];
+        if constexpr (kPre) pre.sum(d, loadResidual<T, VEC>(pre.p, p * cs), p * cs, sv);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const float dv = d.get(e) - kt[e];
+            const float dv = valueOf<kPre>(d, sv, e) - kt[e];
             s1[e] += dv;
             s2[e] = fmaf(dv, dv, s2[e]);
         }
@@ -62,16 +160,19 @@ __device__ __forceinline__ float sumRun(const T* x, int64_t cs, int64_t p, int64
 
 // The same over rows p, p + step, ... below pEnd (at least one), shifted by
 // the first of them: kt is set to it and s1, s2 start from zero.
-template <typename T, int VEC>
+template <typename T, int VEC, bool kPre>
 __device__ __forceinline__ float shiftedRun(const T* x, int64_t cs, int64_t p, int64_t pEnd, int64_t step,
-                                            float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC]) {
+                                            float (&kt)[VEC], float (&s1)[VEC], float (&s2)[VEC],
+                                            const PreRows<T, VEC>& pre) {
     const Raw<T, VEC> first = loadRaw<T, VEC>(x + p * cs);
+    [[maybe_unused]] float sv[VEC];
+    if constexpr (kPre) pre.sum(first, loadResidual<T, VEC>(pre.p, p * cs), p * cs, sv);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-        kt[e] = first.get(e);
+        kt[e] = valueOf<kPre>(first, sv, e);
         s1[e] = s2[e] = 0.f;
     }
-    return 1.f + sumRun<T, VEC>(x, cs, p + step, pEnd, step, kt, s1, s2);
+    return 1.f + sumRun<T, VEC, kPre>(x, cs, p + step, pEnd, step, kt, s1, s2, pre);
 }
 
 // Per thread and channel: sums s1, s2 of d = x - k_t, k_t the first value
@@ -81,8 +182,8 @@ __device__ __forceinline__ float shiftedRun(const T* x, int64_t cs, int64_t p, i
 // at ~n*eps of M2 even when k_t is an outlier. Means are kept relative to the
 // group's first element k_g (exact: (k_t - k_g) + s1/n), as the finaliser and
 // the apply pass expect.
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
+template <typename T, int VEC, bool kPre>
+__global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(ArgsWith<kPre, TwoPassArgs> a) {
     __shared__ float smMean[kThreads * VEC];
     __shared__ float smM2[kThreads * VEC];
     __shared__ float smCnt[kThreads];
@@ -104,6 +205,8 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         const T* xn = static_cast<const T*>(a.x) + n * a.hw * a.cs;
         const T* x = xn + vg * VEC;
         const int64_t step = a.rows;
+        PreRows<T, VEC> pre{};
+        if constexpr (kPre) pre = preRows<T, VEC>(a, n * a.hw * a.cs + vg * VEC, n, vg * VEC);
         // Sums shifted by the thread's first value kt. 16-bit: one run over
         // the thread's rows. fp32: runs of up to kStatsRunRows rows, each
         // merged (Chan) into the thread's (count, mean - kt, M2): one run of
@@ -113,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         // merge's registers would spill there.
         float kt[VEC], s1[VEC], s2[VEC];
         int64_t pEnd = sizeof(T) == 4 ? min(p1, p0 + row + (1 + kStatsRunRows) * step) : p1;
-        cnt = shiftedRun<T, VEC>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2);
+        cnt = shiftedRun<T, VEC, kPre>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2, pre);
         float rc = 1.f / cnt;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -125,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
                 pEnd = min(p1, p + kStatsRunRows * step);
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = 0.f;
-                const float runCnt = sumRun<T, VEC>(x, a.cs, p, pEnd, step, kt, s1, s2);
+                const float runCnt = sumRun<T, VEC, kPre>(x, a.cs, p, pEnd, step, kt, s1, s2, pre);
                 const float wb = runCnt / (cnt + runCnt);  // the run's weight in the merge
                 rc = 1.f / runCnt;
 #pragma unroll
@@ -139,7 +242,13 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
         }
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const float kg = toFloat<T>(xn[(vg * VEC + e) / a.cpg * a.cpg]);  // the group's first element
+            const int64_t c0 = (vg * VEC + e) / a.cpg * a.cpg;  // the group's first channel
+            float kg;  // the group's first element (kPre: its s)
+            if constexpr (kPre) {
+                kg = preSumAt<T>(xn, preAt<T>(a.pre, n * a.hw * a.cs), c0, preBiasAt<T>(a.pre, n, c0));
+            } else {
+                kg = toFloat<T>(xn[c0]);
+            }
             mean[e] += kt[e] - kg;
             m2[e] = m2[e] < 0.f ? 0.f : m2[e];  // rounding; NaN and Inf pass through
         }
@@ -210,8 +319,8 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(TwoPassArgs a) {
     }
 }
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
+template <typename T, int VEC, bool kPre>
+__global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(ArgsWith<kPre, TwoPassArgs> a) {
     const int tid = threadIdx.x;
     const int v = tid % a.vb, row = tid / a.vb;
     const int64_t n = blockIdx.x / a.chunks;
@@ -237,26 +346,40 @@ __global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
     const T* x = static_cast<const T*>(a.x) + base;
     T* y = static_cast<T*>(a.y) + base;
     const int64_t step = a.rows;
+    // kPre: s recomputed as the statistics pass did (sum_out was written there).
+    [[maybe_unused]] PreRows<T, VEC> pre{};
+    if constexpr (kPre) pre = preRows<T, VEC>(a, base, n, vg * VEC);
     // Last pixel of this row, then walk backwards.
+    constexpr int kU = kInFlight<kUnroll, kPre>;
     int64_t p = p0 + row + ((p1 - 1 - p0 - row) / step) * step;
-    for (; p - (kUnroll - 1) * step >= p0; p -= kUnroll * step) {
-        Raw<T, VEC> d[kUnroll];
+    for (; p - (kU - 1) * step >= p0; p -= kU * step) {
+        Raw<T, VEC> d[kU];
+        [[maybe_unused]] Raw<T, VEC> rv[kPre ? kU : 1];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC, Cache::kStreaming>(x + (p - u * step) * a.cs);
+        for (int u = 0; u < kU; ++u) d[u] = loadRaw<T, VEC, Cache::kStreaming>(x + (p - u * step) * a.cs);
+        if constexpr (kPre) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
+            for (int u = 0; u < kU; ++u)
+                rv[u] = loadResidual<T, VEC, Cache::kStreaming>(pre.p, (p - u * step) * a.cs);
+        }
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+            [[maybe_unused]] float sv[VEC];
+            if constexpr (kPre) preSumVec<T, VEC>(d[u], rv[u], pre.b, sv);
             float out[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) out[e] = fmaf(d[u].get(e) - shiftK[e], scale[e], shift[e]);
+            for (int e = 0; e < VEC; ++e) out[e] = fmaf(valueOf<kPre>(d[u], sv, e) - shiftK[e], scale[e], shift[e]);
             activateVec(out, a.act);
             storeVec<T, VEC, Cache::kStreaming>(y + (p - u * step) * a.cs, out);
         }
     }
     for (; p >= p0; p -= step) {
         const Raw<T, VEC> d = loadRaw<T, VEC, Cache::kStreaming>(x + p * a.cs);
+        [[maybe_unused]] float sv[VEC];
+        if constexpr (kPre) preSumVec<T, VEC>(d, loadResidual<T, VEC, Cache::kStreaming>(pre.p, p * a.cs), pre.b, sv);
         float out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = fmaf(d.get(e) - shiftK[e], scale[e], shift[e]);
+        for (int e = 0; e < VEC; ++e) out[e] = fmaf(valueOf<kPre>(d, sv, e) - shiftK[e], scale[e], shift[e]);
         activateVec(out, a.act);
         storeVec<T, VEC, Cache::kStreaming>(y + p * a.cs, out);
     }
@@ -264,8 +387,10 @@ __global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(TwoPassArgs a) {
 
 // ---------------------------------------------------------------- NCHW ----
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(TwoPassArgs a) {
+// kPre: a vector's channel is its offset / hw (hw % VEC == 0 where VEC > 1),
+// in 32 bits where the group's offsets fit them.
+template <typename T, int VEC, bool kPre>
+__global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(ArgsWith<kPre, TwoPassArgs> a) {
     __shared__ Welford smW[32];
     const int tid = threadIdx.x;
     const int64_t ng = blockIdx.x / a.chunks;  // n * G + g
@@ -275,17 +400,27 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(TwoPassArgs a) {
     const T* x = static_cast<const T*>(a.x) + ng * a.cpg * a.hw;  // groups are contiguous
 
     Welford w{0.f, 0.f, 0.f};
-    const float shiftK = toFloat<T>(x[0]);
+    [[maybe_unused]] PreGroup<T> pre{};
+    if constexpr (kPre) pre = preGroup<T>(a, ng);
+    float shiftK;
+    if constexpr (kPre) {
+        shiftK = preSumAt<T>(x, pre.p, 0, pre.biasAt(0));
+    } else {
+        shiftK = toFloat<T>(x[0]);
+    }
     // Each vector's own (mean, M2) is exact over VEC values; merge it in.
-    auto addVector = [&](const Raw<T, VEC>& d) {
+    // kPre: of s, the residual's vector rv, written to sum_out.
+    auto addVector = [&](const Raw<T, VEC>& d, [[maybe_unused]] const Raw<T, VEC>& rv, [[maybe_unused]] int64_t j) {
+        [[maybe_unused]] float sv[VEC];
+        if constexpr (kPre) pre.template sum<VEC>(d, rv, j * VEC, sv);
         float s = 0.f;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s += d.get(e) - shiftK;
+        for (int e = 0; e < VEC; ++e) s += valueOf<kPre>(d, sv, e) - shiftK;
         const float lm = s * (1.0f / VEC);
         float lm2 = 0.f;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const float dd = (d.get(e) - shiftK) - lm;
+            const float dd = (valueOf<kPre>(d, sv, e) - shiftK) - lm;
             lm2 += dd * dd;
         }
         w = welfordMerge(w, {float(VEC), lm, lm2});
@@ -294,12 +429,21 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(TwoPassArgs a) {
     int64_t j = q0 + tid;
     for (; j + (kUnroll - 1) * step < q1; j += kUnroll * step) {
         Raw<T, VEC> d[kUnroll];
+        Raw<T, VEC> rv[kPre ? kUnroll : 1];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC>(x + (j + u * step) * VEC);
+        if constexpr (kPre) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) addVector(d[u]);
+            for (int u = 0; u < kUnroll; ++u) rv[u] = loadResidual<T, VEC>(pre.p, (j + u * step) * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) addVector(d[u], rv[kPre ? u : 0], j + u * step);
     }
-    for (; j < q1; j += step) addVector(loadRaw<T, VEC>(x + j * VEC));
+    for (; j < q1; j += step) {
+        [[maybe_unused]] Raw<T, VEC> rv;
+        if constexpr (kPre) rv = loadResidual<T, VEC>(pre.p, j * VEC);
+        addVector(loadRaw<T, VEC>(x + j * VEC), rv, j);
+    }
 
     w = warpMergeWelford(w);
     const int warp = tid >> 5, lane = tid & 31;
@@ -314,8 +458,8 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnStatsNCHW(TwoPassArgs a) {
 
 // kWide: a group has 2^32 elements or more, so offsets within it need 64-bit
 // divisions (a run-time choice between the two in the loop made it longer).
-template <typename T, int VEC, bool kWide>
-__global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
+template <typename T, int VEC, bool kWide, bool kPre>
+__global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(ArgsWith<kPre, TwoPassArgs> a) {
     const int tid = threadIdx.x;
     const int64_t ng = blockIdx.x / a.chunks;
     const int64_t chunk = blockIdx.x - ng * a.chunks;
@@ -328,16 +472,29 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
     T* y = static_cast<T*>(a.y) + base;
     const float4 st = a.stats[ng];
     const int64_t c0 = g * a.cpg;
+    // kPre: s recomputed as the statistics pass did (sum_out was written there).
+    [[maybe_unused]] PreAdd pre{};
+    [[maybe_unused]] int64_t n = 0;
+    if constexpr (kPre) {
+        pre = preAt<T>(a.pre, base);
+        n = ng / a.groups;
+    }
 
-    auto apply = [&](int64_t j, const Raw<T, VEC>& d) {
+    auto apply = [&](int64_t j, const Raw<T, VEC>& d, [[maybe_unused]] const Raw<T, VEC>& rv) {
         // hw % VEC == 0 whenever VEC > 1, so a vector lies in one channel.
         const int64_t off = j * VEC;
         const int64_t c = c0 + (kWide ? off / a.hw : int64_t(uint32_t(off) / uint32_t(a.hw)));
         const float s = st.z * loadAffine<T>(a.gamma, c, a.affineFp32, 1.f);
         const float b = loadAffine<T>(a.beta, c, a.affineFp32, 0.f) - st.y * s;
+        [[maybe_unused]] float sv[VEC];
+        if constexpr (kPre) {
+            const float pb = preBiasAt<T>(pre, n, c);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) sv[e] = preSum(d.get(e), pb, rv.get(e));
+        }
         float out[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = fmaf(d.get(e) - st.x, s, b);
+        for (int e = 0; e < VEC; ++e) out[e] = fmaf(valueOf<kPre>(d, sv, e) - st.x, s, b);
         activateVec(out, a.act);
         storeVec<T, VEC, Cache::kStreaming>(y + off, out);
     };
@@ -345,12 +502,21 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
     int64_t j = q0 + tid + ((q1 - 1 - q0 - tid) / step) * step;
     for (; j - (kUnroll - 1) * step >= q0; j -= kUnroll * step) {
         Raw<T, VEC> d[kUnroll];
+        Raw<T, VEC> rv[kPre ? kUnroll : 1];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) d[u] = loadRaw<T, VEC, Cache::kStreaming>(x + (j - u * step) * VEC);
+        if constexpr (kPre) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) apply(j - u * step, d[u]);
+            for (int u = 0; u < kUnroll; ++u) rv[u] = loadResidual<T, VEC, Cache::kStreaming>(pre, (j - u * step) * VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) apply(j - u * step, d[u], rv[kPre ? u : 0]);
     }
-    for (; j >= q0; j -= step) apply(j, loadRaw<T, VEC, Cache::kStreaming>(x + j * VEC));
+    for (; j >= q0; j -= step) {
+        [[maybe_unused]] Raw<T, VEC> rv;
+        if constexpr (kPre) rv = loadResidual<T, VEC, Cache::kStreaming>(pre, j * VEC);
+        apply(j, loadRaw<T, VEC, Cache::kStreaming>(x + j * VEC), rv);
+    }
 }
 
 // ------------------------------------------------------------ finalize ----
@@ -361,8 +527,8 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(TwoPassArgs a) {
 
 // One block per (n, group): its threads load the group's partials together
 // (one latency, not one per item) and sum in double.
-template <typename T>
-__global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
+template <typename T, bool kPre>
+__global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(ArgsWith<kPre, FinalizeArgs> f) {
     __shared__ double sm[3][kFinalizeThreads / 32];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int64_t idx = blockIdx.x;
@@ -414,53 +580,66 @@ __global__ void __launch_bounds__(kFinalizeThreads) gnFinalize(FinalizeArgs f) {
         const double mean = sum / cnt;
         double var = (sq - sum * mean) / cnt;
         if (var < 0.0) var = 0.0;  // rounding; a NaN stays NaN
-        const float k = toFloat<T>(static_cast<const T*>(f.x)[n * f.kN + g * f.kG]);
+        const int64_t first = n * f.kN + g * f.kG;
+        float k;  // the group's first element, as the statistics kernels took it (kPre: its s)
+        if constexpr (kPre) {
+            k = preSumAt<T>(static_cast<const T*>(f.x), f.pre, first, preBiasAt<T>(f.pre, n, g * f.pre.cpg));
+        } else {
+            k = toFloat<T>(static_cast<const T*>(f.x)[first]);
+        }
         f.stats[idx] = make_float4(k, float(mean), rsqrtf(float(var) + f.eps), 0.f);
     }
 }
 
 // ------------------------------------------------------------- launch ----
 
-template <typename T>
+template <typename T, bool kPre = false>
 const void* applyKernelT(ApplyKernel k, int vec) {
     constexpr int VEC = kVec16<T>;
     const bool v = vec == VEC;
     switch (k) {
         case ApplyKernel::kNHWC:
-            return v ? reinterpret_cast<const void*>(&gnApplyNHWC<T, VEC>) : reinterpret_cast<const void*>(&gnApplyNHWC<T, 1>);
+            return v ? reinterpret_cast<const void*>(&gnApplyNHWC<T, VEC, kPre>)
+                     : reinterpret_cast<const void*>(&gnApplyNHWC<T, 1, kPre>);
         case ApplyKernel::kNCHW:
-            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, false>)
-                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, false>);
+            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, false, kPre>)
+                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, false, kPre>);
         case ApplyKernel::kNCHWWide:
-            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, true>)
-                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, true>);
+            return v ? reinterpret_cast<const void*>(&gnApplyNCHW<T, VEC, true, kPre>)
+                     : reinterpret_cast<const void*>(&gnApplyNCHW<T, 1, true, kPre>);
     }
     return nullptr;
 }
 
-template <typename T>
+template <typename T, bool kPre>
 const void* statsKernelT(bool nhwc, int vec) {
     constexpr int VEC = kVec16<T>;
-    if (nhwc) return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNHWC<T, VEC>) : reinterpret_cast<const void*>(&gnStatsNHWC<T, 1>);
-    return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNCHW<T, VEC>) : reinterpret_cast<const void*>(&gnStatsNCHW<T, 1>);
+    if (nhwc)
+        return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNHWC<T, VEC, kPre>)
+                          : reinterpret_cast<const void*>(&gnStatsNHWC<T, 1, kPre>);
+    return vec == VEC ? reinterpret_cast<const void*>(&gnStatsNCHW<T, VEC, kPre>)
+                      : reinterpret_cast<const void*>(&gnStatsNCHW<T, 1, kPre>);
 }
 
-template <typename T>
+template <typename T, bool kPre>
 cudaError_t launchTwoPassT(const Plan& plan, void* workspace, cudaStream_t stream) {
     const TwoPassPlan& t = plan.twoPass;
-    TwoPassArgs a = t.args;
-    FinalizeArgs f = t.finalize;
-    a.stats = static_cast<float4*>(workspace);
-    a.partials = reinterpret_cast<float2*>(static_cast<char*>(workspace) + t.partialsOffset);
-    f.stats = a.stats;
-    f.partials = a.partials;
+    const PreAdd pre = preAddOf(plan.problem);
+    TwoPassArgs plain = t.args;
+    FinalizeArgs plainF = t.finalize;
+    plain.stats = static_cast<float4*>(workspace);
+    plain.partials = reinterpret_cast<float2*>(static_cast<char*>(workspace) + t.partialsOffset);
+    plainF.stats = plain.stats;
+    plainF.partials = plain.partials;
+    ArgsWith<kPre, TwoPassArgs> a = argsWith<kPre>(plain, pre);
+    ArgsWith<kPre, FinalizeArgs> f = argsWith<kPre>(plainF, pre);
 
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(plan.gridX), unsigned(plan.gridY), 1);
     cfg.blockDim = dim3(unsigned(plan.threads), 1, 1);
     cfg.stream = stream;
     void* args[] = {&a};
-    cudaError_t e = cudaLaunchKernelExC(&cfg, statsKernelT<T>(t.apply == ApplyKernel::kNHWC, plan.vec), args);
+    cudaError_t e = cudaLaunchKernelExC(&cfg, statsKernelT<T, kPre>(t.apply == ApplyKernel::kNHWC, plan.vec), args);
     if (e != cudaSuccess) return e;
 
     cudaLaunchConfig_t fcfg = {};
@@ -468,10 +647,17 @@ cudaError_t launchTwoPassT(const Plan& plan, void* workspace, cudaStream_t strea
     fcfg.blockDim = dim3(kFinalizeThreads, 1, 1);
     fcfg.stream = stream;
     void* fargs[] = {&f};
-    e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<const void*>(&gnFinalize<T>), fargs);
+    e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<const void*>(&gnFinalize<T, kPre>), fargs);
     if (e != cudaSuccess) return e;
 
-    return cudaLaunchKernelExC(&cfg, applyKernelT<T>(t.apply, plan.vec), args);
+    // fp32 with sum_out: the plain apply kernel reads s back from sum_out,
+    // exactly the s the statistics saw (see the top of this file).
+    if (kPre && sizeof(T) == 4 && pre.sum != nullptr) {
+        plain.x = pre.sum;
+        void* plainArgs[] = {&plain};
+        return cudaLaunchKernelExC(&cfg, applyKernelT<T, false>(t.apply, plan.vec), plainArgs);
+    }
+    return cudaLaunchKernelExC(&cfg, applyKernelT<T, kPre>(t.apply, plan.vec), args);
 }
 
 }  // namespace
@@ -483,7 +669,9 @@ const void* applyKernel(ApplyKernel k, int vec, trtgn_dtype_t dtype) {
 
 cudaError_t launchTwoPass(const Plan& plan, void* workspace, cudaStream_t stream) {
     return dispatchDtype(plan.problem.dtype, cudaErrorInvalidValue, [&](auto t) {
-        return launchTwoPassT<typename decltype(t)::type>(plan, workspace, stream);
+        using T = typename decltype(t)::type;
+        return plan.problem.preAdd() ? launchTwoPassT<T, true>(plan, workspace, stream)
+                                     : launchTwoPassT<T, false>(plan, workspace, stream);
     });
 }
 

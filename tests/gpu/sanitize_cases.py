@@ -5,9 +5,10 @@
     (likewise synccheck and initcheck; --no-fuzz leaves out the per-path sample below, --no-large
 the SDXL VAE decoder's shape, for racecheck's time)
 
-Then one random case of trt_gn.lab.fuzz for every path x dtype x layout (the first of a fixed seed's
-draws that the plan puts there, at most 2^24 elements), and padded NHWC channel strides with C
-not a multiple of the vector width through the raw ABI.
+Then one random case of trt_gn.lab.fuzz for every path x dtype x layout and every pre-add path x
+pre-add kind (pre_bias [C] or [N, C], residual, sum_out; the first of a fixed seed's draws that the
+plan puts there, at most 2^24 elements), and padded NHWC channel strides with C not a multiple of
+the vector width through the raw ABI.
 
 Covers both layouts, the three dtypes, the single-block and multi-block paths (small and large
 H*W, the on-chip path for tensors of 4 MB and more, in channel slices in 16 bits (3x320x48x48),
@@ -80,15 +81,19 @@ def main() -> int:
             _, message = fuzz.run_case(case)
             if message is not None:
                 raise AssertionError(f"{case.spec()} [{plan['path']}]: {message}")
-            print(f"  {plan['path']:15s} {case.dtype} {case.layout}: {case.spec()}", flush=True)
+            print(f"  {plan['path']:15s} {case.dtype} {case.layout} pre-add {case.pre_add.kind}: {case.spec()}",
+                  flush=True)
             count += 1
     print(f"sanitize_cases: {count} launches checked")
     return 0
 
 
 def fuzz_sample(seed: int = 0, draws: int = 4000):
-    """One fuzz case per path x dtype x layout: the first of the seed's draws with that plan."""
+    """One fuzz case per path x dtype x layout, and per pre-add path x pre-add kind: the first of
+    the seed's draws with that plan."""
     import random
+
+    from trt_gn import _lib
 
     rng = random.Random(seed)
     chosen = {}
@@ -97,14 +102,15 @@ def fuzz_sample(seed: int = 0, draws: int = 4000):
         if case.special != "-":
             continue
         plan = fuzz.plan_of(case)
-        key = (plan["path"], case.dtype, case.layout)
-        if key not in chosen:
-            chosen[key] = (case, plan)
+        for key in ((plan["path"], case.dtype, case.layout), (plan["path"], case.pre_add.kind)):
+            if key not in chosen:
+                chosen[key] = (case, plan)
     missing = [f"{p} {d} {l}" for p in fuzz.PATHS for d in fuzz.DTYPES for l in fuzz.LAYOUTS
                if (p, d, l) not in chosen]
+    missing += [f"{p} pre-add {k}" for p in _lib.PRE_ADD_PATHS for k in fuzz.PRE_ADD_KINDS if (p, k) not in chosen]
     if missing:
         raise AssertionError(f"no case of {draws} draws reached: {'; '.join(missing)}")
-    return [chosen[key] for key in sorted(chosen)]
+    return list({case.spec(): (case, plan) for case, plan in chosen.values()}.values())
 
 
 if __name__ == "__main__":

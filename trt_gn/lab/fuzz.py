@@ -4,10 +4,14 @@ against the float64 reference (trt_gn.reference) through the kernels library's r
     trt-gn fuzz --cases 10000 --seed 1          (or python -m trt_gn.lab.fuzz ...)
     trt-gn fuzz --case "2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1,3,7"   # one case again
 
+Half the cases add a pre-add in front of the normalisation (s = x + pre_bias + residual; see
+PreAdd): pre_bias none, [C] or [N, C], in x's dtype or fp32; a residual or none; sum_out or none.
 Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
-reached: the summary gives cases and failures per path, dtype and layout, and the run fails when
-a path ran on fewer than --min-per-path cases of a dtype and layout. Outputs are NaN-poisoned
-before each launch (an unwritten element fails), and NaN/Inf positions must match exactly.
+reached: the summary gives cases and failures per path, dtype and layout, and per path and pre-add
+kind, and the run fails when a path ran on fewer than --min-per-path cases of a dtype and layout,
+or a path of _lib.PRE_ADD_PATHS on fewer of a pre-add kind. Outputs (y, and sum_out) are
+NaN-poisoned before each launch (an unwritten element fails), and NaN/Inf positions must match
+exactly.
 Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments, 3 no GPU or
 no kernels library.
 """
@@ -20,7 +24,7 @@ import random
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import _lib
 from ..errors import EXIT_MISSING, Error
@@ -36,6 +40,46 @@ PATHS = _lib.PATHS  # the paths the summary counts: the ABI's table
 AIMS = ("clusters", "grid", "stream", "two-pass", "any")
 MAX_C, MAX_N, MAX_HW = 4096, 64, 512
 MAX_ELEMENTS = 1 << 26  # 256 MB of fp32; the reference needs about 10x that in float64
+# The pre-add kinds a case may have (Case.pre without the bias dtype): "+"-joined tokens, bias "bc"
+# ([C]) or "bnc" ([N, C]) with "32" appended for fp32, "r" a residual, "s" sum_out; "-" none.
+PRE_ADD_KINDS = ("-", "r", "r+s", "bc", "bc+s", "bc+r", "bc+r+s", "bnc", "bnc+s", "bnc+r", "bnc+r+s")
+
+
+@dataclass(frozen=True)
+class PreAdd:
+    """A case's pre-add, parsed from its spec token (see PRE_ADD_KINDS)."""
+
+    bias: str = ""  # "", "c" or "nc"
+    bias_fp32: bool = False
+    residual: bool = False
+    sum_out: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The token without the bias dtype: one of PRE_ADD_KINDS."""
+        tokens = ([f"b{self.bias}"] if self.bias else []) + (["r"] if self.residual else []) + (["s"] if self.sum_out else [])
+        return "+".join(tokens) or "-"
+
+    def __bool__(self) -> bool:
+        return bool(self.bias) or self.residual
+
+
+def parse_pre_add(text: str) -> PreAdd:
+    """The PreAdd of a spec token: "-", or "+"-joined "bc"/"bnc" (+"32"), "r", "s"."""
+    if text == "-":
+        return PreAdd()
+    fields: dict = {}
+    for token in text.split("+"):
+        if token in ("bc", "bnc", "bc32", "bnc32") and "bias" not in fields:
+            fields["bias"], fields["bias_fp32"] = token[1:].removesuffix("32"), token.endswith("32")
+        elif token in ("r", "s") and token not in fields:
+            fields[token] = True
+        else:
+            raise ValueError(f"pre-add {text!r}: {token!r} is not one of bc, bnc, bc32, bnc32, r, s (each once)")
+    pre = PreAdd(fields.get("bias", ""), fields.get("bias_fp32", False), fields.get("r", False), fields.get("s", False))
+    if pre.sum_out and not pre:
+        raise ValueError(f"pre-add {text!r}: s (sum_out) needs a bias or r")
+    return pre
 
 
 @dataclass(frozen=True)
@@ -54,12 +98,18 @@ class Case:
     offset: float
     seed: int
     special: str = "-"  # "-", "nan" or "inf": one such element at a random place
+    pre: str = "-"  # the pre-add (parse_pre_add): "-" none, else e.g. "bnc32+r+s"
 
     def spec(self) -> str:
-        """The one-line form --case takes."""
+        """The one-line form --case takes (the pre-add last, where there is one)."""
         fields = (self.n, self.c, self.h, self.w, self.groups, self.dtype, self.layout, self.affine,
                   self.activation, repr(self.eps), repr(self.scale), repr(self.offset), self.seed, self.special)
+        fields += (self.pre,) if self.pre != "-" else ()
         return ",".join(str(f) for f in fields)
+
+    @property
+    def pre_add(self) -> PreAdd:
+        return parse_pre_add(self.pre)
 
     @property
     def elements(self) -> int:
@@ -67,14 +117,19 @@ class Case:
 
 
 def parse_case(text: str) -> Case:
-    """A Case from Case.spec()'s form (the last field, special, may be left out)."""
+    """A Case from Case.spec()'s form (the last fields, special and the pre-add, may be left out)."""
     parts = [p.strip() for p in text.split(",")]
-    if len(parts) not in (13, 14):
-        raise ValueError(f"a case has 13 or 14 comma-separated fields (N,C,H,W,G,dtype,layout,affine,act,eps,"
-                         f"scale,offset,seed[,special]), got {len(parts)}")
+    if len(parts) not in (13, 14, 15):
+        raise ValueError(f"a case has 13 to 15 comma-separated fields (N,C,H,W,G,dtype,layout,affine,act,eps,"
+                         f"scale,offset,seed[,special[,pre-add]]), got {len(parts)}")
     n, c, h, w, g = (int(p) for p in parts[:5])
     case = Case(n, c, h, w, g, parts[5], parts[6], parts[7], parts[8], float(parts[9]), float(parts[10]),
-                float(parts[11]), int(parts[12]), parts[13] if len(parts) == 14 else "-")
+                float(parts[11]), int(parts[12]), parts[13] if len(parts) >= 14 else "-",
+                parts[14] if len(parts) == 15 else "-")
+    pre = parse_pre_add(case.pre)
+    if pre.bias and case.affine != "none" and pre.bias_fp32 != (case.affine == "fp32"):
+        raise ValueError(f"pre-add {case.pre!r}: the bias takes the affine's dtype ({case.affine}): "
+                         f"{'bc32/bnc32' if case.affine == 'fp32' else 'bc/bnc'}")
     for value, allowed, what in ((case.dtype, DTYPES, "dtype"), (case.layout, LAYOUTS, "layout"),
                                  (case.affine, AFFINES, "affine"), (case.activation, ACTIVATIONS, "activation"),
                                  (case.special, ("-", "nan", "inf"), "special")):
@@ -114,11 +169,13 @@ def _divisors(c: int) -> list[int]:
 
 
 def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dtype: str | None = None,
-              layout: str | None = None) -> Case:
+              layout: str | None = None, pre_add: bool = True) -> Case:
     """One random case. `pick` draws integers, choices and unit floats (RandomPick, or the
     hypothesis adapter of the GPU tests), so the fuzz command and the property tests share one
     definition of the input space: any N <= 64, H, W <= 512, C <= 4096, G any divisor of C, every
-    dtype, layout, affine kind, activation, eps (0 included), input scale and offset."""
+    dtype, layout, affine kind, activation, eps (0 included), input scale and offset, and, in half
+    the cases, a pre-add. pre_add=False draws no pre-add and nothing for it: the same cases as
+    before there was one (to compare the plans of a library without it)."""
     # max_elements >= MAX_C: one pixel of any C fits.
     aim = aim or pick.choice(AIMS)
     dtype = dtype or pick.choice(DTYPES)
@@ -160,8 +217,17 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
     offset_kind = pick.choice(("zero", "scaled", "absolute"))
     offset = 0.0 if offset_kind == "zero" else (pick.unit() * 200 - 100) * (scale if offset_kind == "scaled" else 1.0)
     special = pick.choice(("-",) * 30 + ("nan", "inf"))
-    return Case(n, c, h, w, groups, dtype, layout, pick.choice(AFFINES), pick.choice(ACTIVATIONS), eps,
+    case = Case(n, c, h, w, groups, dtype, layout, pick.choice(AFFINES), pick.choice(ACTIVATIONS), eps,
                 round(scale, 6), round(offset, 4), pick.integer(0, 2**31 - 1), special)
+    if not pre_add:
+        return case
+    kind = pick.choice(PRE_ADD_KINDS[1:]) if pick.unit() < 0.5 else "-"
+    # The bias has the affine's dtype (the ABI's affine_dtype is both's); without an affine, either.
+    fp32 = case.affine == "fp32" or (case.affine == "none" and pick.unit() < 0.5)
+    if kind.startswith("b") and fp32:
+        head, _, rest = kind.partition("+")
+        kind = "+".join([head + "32"] + ([rest] if rest else []))
+    return replace(case, pre=kind)
 
 
 # ------------------------------------------------------------------------------ running ----
@@ -192,6 +258,41 @@ def make_inputs(case: Case, device="cuda"):
     return x, weight, bias
 
 
+def make_pre_add(case: Case, x, device="cuda"):
+    """(pre_bias, residual) of the case's pre-add (None where absent), from the case's seed apart
+    from make_inputs' draws: a bias of x's scale, a residual like x (scale and offset, x's layout)."""
+    import torch
+
+    pre = case.pre_add
+    gen = torch.Generator(device=device).manual_seed(case.seed ^ 0x5EED)
+    pre_bias = residual = None
+    if pre.bias:
+        shape = (case.c,) if pre.bias == "c" else (case.n, case.c)
+        pre_bias = (torch.randn(shape, device=device, generator=gen) * case.scale).to(
+            torch.float32 if pre.bias_fp32 else x.dtype)
+    if pre.residual:
+        r = torch.randn(x.shape, device=device, generator=gen) * case.scale + case.offset
+        residual = r.to(x.dtype).contiguous(memory_format=torch.channels_last if case.layout == "nhwc"
+                                            else torch.contiguous_format)
+    return pre_bias, residual
+
+
+def set_pre_add(params, case: Case, pre_bias, residual, sum_out) -> None:
+    """Fill the pre-add fields of `params` (pointers of the tensors, None where absent); checks
+    first that the library reads them (_lib.require_pre_add)."""
+    from ..ops import ABI_DTYPE
+
+    if pre_bias is None and residual is None:
+        return
+    _lib.require_pre_add()
+    if pre_bias is not None:  # affine_dtype is the bias's too (draw_case keeps them one)
+        params.affine_dtype = ABI_DTYPE[pre_bias.dtype]
+    params.pre_bias = pre_bias.data_ptr() if pre_bias is not None else None
+    params.pre_bias_n_stride = case.c if pre_bias is not None and pre_bias.dim() == 2 else 0
+    params.residual = residual.data_ptr() if residual is not None else None
+    params.sum_out = sum_out.data_ptr() if sum_out is not None else None
+
+
 def plan_of(case: Case) -> dict:
     """The plan a case runs, from trtgn_describe_plan on the current device, without buffers: the
     data pointers are stand-ins with the alignment of fresh torch allocations (nothing is read)."""
@@ -206,6 +307,15 @@ def plan_of(case: Case) -> dict:
         activation=_lib.ACTIVATION_BY_NAME[case.activation], epsilon=case.eps,
         gamma=fake * 3 if case.affine != "none" else None, beta=fake * 4 if case.affine != "none" else None,
         affine_dtype=ABI_DTYPE[affine])
+    pre = case.pre_add
+    if pre:
+        _lib.require_pre_add()
+        params.pre_bias = fake * 5 if pre.bias else None
+        params.pre_bias_n_stride = case.c if pre.bias == "nc" else 0
+        params.residual = fake * 6 if pre.residual else None
+        params.sum_out = fake * 7 if pre.sum_out else None
+        if pre.bias:
+            params.affine_dtype = ABI_DTYPE[_torch_dtype("fp32") if pre.bias_fp32 else dtype]
     return _lib.describe_plan(params)
 
 
@@ -217,20 +327,26 @@ def run_case(case: Case) -> tuple[dict, str | None]:
     import torch
 
     from ..ops import abi_params
-    from ..reference import assert_close, group_norm_act_reference
+    from ..reference import assert_close, group_norm_act_reference, sum_reference
 
     x, weight, bias = make_inputs(case)
+    pre_bias, residual = make_pre_add(case, x)
     y = torch.empty_like(x).fill_(float("nan"))
+    sum_out = torch.empty_like(x).fill_(float("nan")) if case.pre_add.sum_out else None
     params = abi_params(x, y, weight, bias, case.groups, case.eps, case.activation, layout=case.layout)
+    set_pre_add(params, case, pre_bias, residual, sum_out)
     plan = _lib.describe_plan(params)
     nbytes = _lib.workspace_size(params)
     # Garbage in the workspace: its content on entry must not matter.
     workspace = torch.randint(0, 256, (max(nbytes, 1),), dtype=torch.uint8, device=x.device)
     _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    ref = group_norm_act_reference(x, weight, bias, case.groups, case.eps, case.activation)
+    ref = group_norm_act_reference(x, weight, bias, case.groups, case.eps, case.activation,
+                                   pre_bias=pre_bias, residual=residual)
     try:
         assert_close(y, ref, x.dtype)
+        if sum_out is not None:
+            assert_close(sum_out, sum_reference(x, pre_bias, residual), x.dtype, what="sum_out")
     except AssertionError as exc:
         return plan, str(exc)
     finally:
@@ -243,6 +359,20 @@ def coverage_gaps(counts: Counter, minimum: int) -> list[str]:
     return [f"{path} {dtype} {layout}: {counts[(path, dtype, layout)]}"
             for path in PATHS for dtype in DTYPES for layout in LAYOUTS
             if counts[(path, dtype, layout)] < minimum]
+
+
+def pre_add_gaps(counts: Counter, minimum: int) -> list[str]:
+    """'path pre-add: k' for every path of _lib.PRE_ADD_PATHS x pre-add kind that ran fewer than
+    `minimum` cases; counts are keyed (path, kind)."""
+    return [f"{path} {kind}: {counts[(path, kind)]}" for path in _lib.PRE_ADD_PATHS for kind in PRE_ADD_KINDS
+            if counts[(path, kind)] < minimum]
+
+
+def _pre_add_table(ran: Counter, failed: Counter) -> str:
+    lines = ["| pre-add | " + " | ".join(PATHS) + " |", "|---|" + "---|" * len(PATHS)]
+    for kind in PRE_ADD_KINDS:
+        lines.append(f"| {kind} | " + " | ".join(f"{ran[(p, kind)]} ({failed[(p, kind)]} failed)" for p in PATHS) + " |")
+    return "\n".join(lines)
 
 
 def _table(ran: Counter, failed: Counter) -> str:
@@ -312,6 +442,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plans", metavar="CSV", default=None,
                         help="also write every case with the plan it ran and its result (to compare the plans "
                              "of two builds case by case)")
+    parser.add_argument("--no-pre-add", action="store_true",
+                        help="draw no pre-add (pre_bias, residual, sum_out): the cases of a seed as before the "
+                             "pre-add, e.g. to compare plans with a library without one")
     parser.add_argument("--plans-only", action="store_true",
                         help="with --plans: describe every case's plan, run no kernel (compares two builds' "
                              "planners in seconds)")
@@ -357,12 +490,14 @@ def run(args, prog: str) -> int:
     minimum = args.min_per_path if args.min_per_path is not None else (5 if not fixed and args.cases >= 5000 else 0)
 
     rng = random.Random(args.seed)
-    cases = fixed or [draw_case(RandomPick(rng), max_elements=args.max_elements) for _ in range(args.cases)]
+    cases = fixed or [draw_case(RandomPick(rng), max_elements=args.max_elements, pre_add=not args.no_pre_add)
+                      for _ in range(args.cases)]
     print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {_lib.library_path()}"
           + ("" if fixed else f", seed {args.seed}"), flush=True)
     if args.plans_only:
         return _plans_only(prog, cases, args.plans)
     ran, failed, kernels = Counter(), Counter(), Counter()
+    pre_ran, pre_failed = Counter(), Counter()  # (path, pre-add kind)
     records = []
     failures: list[tuple[Case, dict, str]] = []
     t0 = last = time.monotonic()
@@ -373,10 +508,13 @@ def run(args, prog: str) -> int:
             plan, message = {"path": "error"}, str(exc)
         records.append((case.spec(), " ".join(f"{k}={v}" for k, v in plan.items()), "ok" if message is None else "FAIL"))
         key = (plan.get("path", "?"), case.dtype, case.layout)
+        pre_key = (plan.get("path", "?"), case.pre_add.kind)
         ran[key] += 1
+        pre_ran[pre_key] += 1
         kernels[f"{plan.get('kernel', '?')}/vec{plan.get('vec', '?')}"] += 1
         if message is not None:
             failed[key] += 1
+            pre_failed[pre_key] += 1
             failures.append((case, plan, message))
             if len(failures) <= args.show:
                 print(f"FAIL {case.spec()} [{plan.get('path')} {plan.get('kernel', '')}]: {message}", flush=True)
@@ -386,12 +524,15 @@ def run(args, prog: str) -> int:
             last = now
     elapsed = time.monotonic() - t0
     print(_table(ran, failed))
+    print(_pre_add_table(pre_ran, pre_failed))
     print("kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
     if failures:
         print("first failures (reproduce with trt-gn fuzz --case '<spec>'):")
         for case, plan, message in failures[: args.show]:
             print(f"  {case.spec()}  [{plan.get('path')}]  {message.splitlines()[0][:200]}")
     gaps = coverage_gaps(ran, minimum) if minimum else []
+    if minimum and not args.no_pre_add:
+        gaps += pre_add_gaps(pre_ran, minimum)
     if gaps:
         print(f"paths that ran fewer than {minimum} cases: " + "; ".join(gaps))
     if args.plans:

@@ -6,6 +6,13 @@
  * mean/rstd are taken over the H*W*(C/G) elements of each (batch n, group g);
  * statistics are accumulated in fp32 with a numerically stable method.
  *
+ * With a pre-add (ABI 4: pre_bias and/or residual), x is first replaced by
+ *   s = x + pre_bias[n, c] + residual     (each term optional; in fp32)
+ * and y is computed from s (its statistics and its values); s can also be
+ * written out, rounded once to the dtype (sum_out): a convolution's bias and
+ * a residual add cost no separate pass in front of the normalisation.
+ * Without pre_bias and residual every result is bit-identical to ABI 3's.
+ *
  * This header is the whole public interface of the kernels library. It knows
  * nothing of TensorRT or PyTorch; both wrap it.
  *
@@ -36,8 +43,9 @@ extern "C" {
 #endif
 
 /* Version of this ABI: bumped when a struct, an enum or the set of
- * functions changes. 2: trtgn_kernels_ptx_arch(). 3: trtgn_describe_plan(). */
-#define TRTGN_ABI_VERSION 3
+ * functions changes. 2: trtgn_kernels_ptx_arch(). 3: trtgn_describe_plan().
+ * 4: the pre-add fields at the end of trtgn_params_t. */
+#define TRTGN_ABI_VERSION 4
 
 typedef enum trtgn_status {
     TRTGN_STATUS_SUCCESS = 0,
@@ -81,13 +89,27 @@ typedef struct trtgn_params {
     float epsilon;          /* added to the variance, >= 0 */
     const void* gamma;      /* [c] scale, or NULL for 1 */
     const void* beta;       /* [c] shift, or NULL for 0 */
-    trtgn_dtype_t affine_dtype; /* dtype of gamma/beta: `dtype` or TRTGN_DTYPE_FLOAT32 */
+    trtgn_dtype_t affine_dtype; /* dtype of gamma/beta (and pre_bias): `dtype` or TRTGN_DTYPE_FLOAT32 */
+    /* The pre-add (ABI 4). A zero-initialised struct has none: callers that
+     * zero-initialise trtgn_params_t stay correct. */
+    const void* pre_bias;       /* NULL, or per-channel bias added to x before the statistics, dtype affine_dtype */
+    int64_t pre_bias_n_stride;  /* elements from image n's biases to image n+1's: 0 ([C], shared by
+                                   all images) or c ([N, C]: per image, e.g. a UNet's conv bias + time
+                                   embedding). Ignored when pre_bias is NULL. */
+    const void* residual;       /* NULL, or a tensor added to x before the statistics: same dtype,
+                                   shape, layout and channel_stride as x */
+    void* sum_out;              /* NULL, or where s is written (dtype, layout and strides of y);
+                                   only with pre_bias or residual. sum_out may overlap none of
+                                   x, residual and y, and y may not overlap residual (y may
+                                   still equal x). */
 } trtgn_params_t;
 
 /* Bytes of device workspace trtgn_group_norm() needs for these parameters
  * (0 is possible). Validates the parameters like trtgn_group_norm(); `x`, `y`
  * may be NULL here. Makes no CUDA call and does not depend on the GPU, so a
- * size computed when an engine is built holds on any GPU that runs it. */
+ * size computed when an engine is built holds on any GPU that runs it. The
+ * pre-add fields count: give them as the launch will (a pre-add may take
+ * another path, whose workspace differs). */
 TRTGN_API trtgn_status_t trtgn_workspace_size(const trtgn_params_t* params, size_t* workspace_bytes);
 
 /* Upper bound of trtgn_workspace_size() over every N' <= n, H' <= h, W' <= w

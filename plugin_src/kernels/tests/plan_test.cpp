@@ -85,6 +85,28 @@ Problem problem(int64_t n, int64_t c, int64_t h, int64_t w, int64_t g, trtgn_dty
     return p;
 }
 
+// The problem with a pre-add: a per-image bias, a residual (`misalign` bytes
+// off 16) and sum_out.
+Problem withPreAdd(Problem p, uintptr_t misalign = 0) {
+    p.preBias = reinterpret_cast<const void*>(uintptr_t(5) << 30);
+    p.preBiasNStride = p.c;
+    p.residual = reinterpret_cast<const void*>(uintptr_t(6) << 30 | misalign);
+    p.sumOut = reinterpret_cast<void*>(uintptr_t(7) << 30);
+    return p;
+}
+
+// The paths that run a pre-add; the planner sends other pre-add calls on.
+bool takesPreAdd(Path path) { return path == Path::kClusters || path == Path::kTwoPass; }
+
+// The most vectors a thread of a pre-add's cluster plan with q's kernel (kernels of 4- and 8-byte
+// vectors hold up to 32 in plain plans, the others up to 16).
+int preMaxVpt(const Plan& q) {
+    const ClusterKernel k = q.clusters.kernel;
+    const bool narrow = k == ClusterKernel::kGroupNHWC8Byte || k == ClusterKernel::kGroupNHWC4Byte;
+    const bool sets = k == ClusterKernel::kSet2 || k == ClusterKernel::kSetNHWC;
+    return kPreMaxVpt(narrow ? 32 : 16, sets, q.problem.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
+}
+
 std::string describe(const Plan& q) {
     char buf[256];
     std::snprintf(buf, sizeof(buf), "%s %s cluster=%d split=%d vpt=%d slices=%d vec=%d blocks=%" PRId64,
@@ -195,7 +217,9 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
               q.threads <= 1024 && (q.threads % 32 == 0 || (q.path == Path::kTwoPass && p.layout == NHWC)),
           "%s: launch shape out of CUDA's limits", what);
     const int vec = 16 / (p.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
-    const bool aligned = (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.y)) % 16 == 0;
+    const bool aligned = (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.y) |
+                          reinterpret_cast<uintptr_t>(p.residual) | reinterpret_cast<uintptr_t>(p.sumOut)) % 16 == 0;
+    CHECK(!p.preAdd() || takesPreAdd(q.path), "%s: a pre-add on a path without one", what);
     const bool vectors = p.layout == NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
     switch (q.path) {
         case Path::kClusters: {
@@ -205,6 +229,10 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
             CHECK(q.threads <= kClusterMaxThreads && q.gridY == p.n, "%s: cluster launch", what);
             CHECK(int64_t(a.K) * a.R * q.clusters.vpt >= a.units, "%s: the units do not fit the cluster", what);
             CHECK(q.workspace == 0, "%s: clusters use no workspace", what);
+            // A pre-add's thread holds s in fp32: fewer vectors.
+            CHECK(!p.preAdd() || q.clusters.vpt <= preMaxVpt(q), "%s: %d vectors a thread with a pre-add", what,
+                  q.clusters.vpt);
+            CHECK(p.preAdd() == (std::strstr(q.why, "with the pre-add") != nullptr), "%s: why %s", what, q.why);
             break;
         }
         case Path::kOnChipGrid:
@@ -228,7 +256,7 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
 }
 
 void sweep(const NamedDevice& d, int cases, uint64_t seed) {
-    Lcg r{seed};
+    Lcg r{seed}, pre{seed + 1};
     int pathCount[4] = {0, 0, 0, 0}, planned = 0;
     const Sm90Queries queries;
     for (int i = 0; i < cases; ++i) {
@@ -253,7 +281,10 @@ void sweep(const NamedDevice& d, int cases, uint64_t seed) {
         ++planned;
         const int64_t cs = layout == NHWC && r.in(0, 7) == 0 ? c + r.in(1, 16) : c;
         const uintptr_t misalign = r.in(0, 15) == 0 ? 2 * uintptr_t(r.in(1, 7)) : 0;
-        const Problem p = problem(n, c, h, w, g, dtype, layout, cs, misalign);
+        Problem p = problem(n, c, h, w, g, dtype, layout, cs, misalign);
+        // A third with a pre-add (drawn apart, so the other draws stay the same), some of them
+        // with a residual off the vector alignment.
+        if (pre.in(0, 2) == 0) p = withPreAdd(p, pre.in(0, 7) == 0 ? 2 * uintptr_t(pre.in(1, 7)) : 0);
         const Plan q = planGroupNorm(p, d.dev, queries, true);
         checkInvariants(d, p, q, pathCount);
         // A launch's plan (no text) is the same plan.
@@ -448,6 +479,29 @@ int main() {
               describe(s).c_str());
         CHECK(std::strstr(s.why, "grid: padded pixels (channel stride over C)") != nullptr, "padded: why %s", s.why);
     }
+    // A pre-add takes the paths that have one; the others say why not. Its workspace is the same.
+    for (const NamedDevice* d : {&kH100, &kL40S})
+        for (const Expect& e : kHopperShapes) {
+            const Sm90Queries queries;
+            const Problem p = problem(e.n, e.c, e.h, e.w, e.g, TRTGN_DTYPE_FLOAT16, e.layout);
+            const Plan plain = planGroupNorm(p, d->dev, queries, true);
+            const Plan q = planGroupNorm(withPreAdd(p), d->dev, queries, true);
+            const char* layout = e.layout == NHWC ? "NHWC" : "NCHW";
+            // The plain path, where it takes a pre-add; but a group that needs more vectors a
+            // thread than a pre-add's cluster holds (one block before Hopper) takes another path.
+            const bool over = plain.path == Path::kClusters && plain.clusters.vpt > preMaxVpt(plain);
+            CHECK(q.error == cudaSuccess && q.unsupported == nullptr && takesPreAdd(q.path) &&
+                      (!takesPreAdd(plain.path) || q.path == plain.path || over),
+                  "%s %s %s with a pre-add: planned %s (without: %s)", d->name, e.name, layout, describe(q).c_str(),
+                  describe(plain).c_str());
+            CHECK(takesPreAdd(plain.path) || std::strstr(q.why, "no pre-add (pre_bias, residual) on this path"),
+                  "%s %s %s with a pre-add: why %s", d->name, e.name, layout, q.why);
+            CHECK(workspaceBytes(withPreAdd(p)) == workspaceBytes(p), "%s: a pre-add changed the workspace", e.name);
+            // A residual off the 16-byte alignment: element by element, as x would be.
+            const Plan u = planGroupNorm(withPreAdd(p, 2), d->dev, queries, true);
+            CHECK(u.path == Path::kTwoPass && u.vec == 1 && std::strncmp(u.why, "no 16-byte vectors (x, y, residual", 34) == 0,
+                  "%s %s %s, misaligned residual: planned %s, why %s", d->name, e.name, layout, describe(u).c_str(), u.why);
+        }
     // Without the driver's tensor maps, the sliced on-chip grid keeps whole pixels.
     {
         Sm90Queries queries;
