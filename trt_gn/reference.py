@@ -1,4 +1,5 @@
-"""The float64 reference of y = act(GroupNorm(x)) and the accuracy rule every test uses."""
+"""The float64 reference of y = act(GroupNorm(x)) (and of its pre-add form) and the accuracy rule every
+test uses."""
 
 from __future__ import annotations
 
@@ -97,6 +98,48 @@ def group_norm_act_reference(
     y = (z * torch.sigmoid(z) if activation == "silu" else z).contiguous()
     y.trtgn_error = _error_terms(xh, xh_first, weight, bias, activation, z, y).contiguous()
     return y
+
+
+def group_norm_act_add_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    eps: float,
+    activation: str,
+    pre_bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pre-add form in float64: s = x + pre_bias[n, c] + residual (each term optional; pre_bias
+    of shape [C] or [N, C]), y = act(GroupNorm(s) * gamma + beta). Returns (y, s), contiguous NCHW.
+
+    Both carry the accuracy rule's terms (.trtgn_error) for kernels that form s in fp32: two
+    additions err by at most 2 u (|x| + |pre_bias| + |residual|) =: e, which is s's term. Through
+    the statistics an error of at most E (the group's largest e) moves xh by at most
+    (2 + 2 |xh|) E / sqrt(var + eps) (the mean and the deviation by 2 E / sigma each), which enters
+    y times |gamma| (and 1.1 through SiLU) on top of group_norm_act_reference's terms.
+    """
+    s = x.to(torch.float64).contiguous()
+    magnitude = s.abs()
+    n, c = s.shape[:2]
+    for term in (pre_bias.reshape(-1, c, 1, 1) if pre_bias is not None else None, residual):
+        if term is not None:
+            term = term.to(device=s.device, dtype=torch.float64)
+            s = s + term
+            magnitude = magnitude + term.abs()
+    s = s.contiguous()
+    y = group_norm_act_reference(s, weight, bias, num_groups, eps, activation)
+    s.trtgn_error = (2.0 * _U32 * magnitude).expand_as(s).contiguous()
+    if s.numel() > 0 and (pre_bias is not None or residual is not None):
+        groups = s.reshape(n, num_groups, -1)
+        sigma = (groups.var(dim=-1, unbiased=False, keepdim=True) + eps).sqrt()
+        xh = (groups - groups.mean(dim=-1, keepdim=True)) / sigma
+        largest = s.trtgn_error.reshape(n, num_groups, -1).amax(dim=-1, keepdim=True)
+        moved = ((2.0 + 2.0 * xh.abs()) * largest / sigma).reshape(s.shape)
+        if weight is not None:
+            moved = moved * weight.to(device=s.device, dtype=torch.float64).abs().reshape(1, c, 1, 1)
+        y.trtgn_error = y.trtgn_error + (1.1 if activation == "silu" else 1.0) * moved
+    return y, s
 
 
 def _values_and_terms(ref) -> tuple[torch.Tensor, torch.Tensor]:
