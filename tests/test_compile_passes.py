@@ -18,6 +18,8 @@ from trt_gn import compile_passes
 from trt_gn.reference import assert_close, group_norm_act_add_reference
 from trt_gn.swap import swap_group_norms
 
+from test_swap_pre_add import _randomise  # tests/ is on sys.path
+
 diffusers_resnet = pytest.importorskip("diffusers.models.resnet")
 
 ADD = torch.ops.trt_gn.group_norm_act_add.default
@@ -54,14 +56,6 @@ def compile_and_run(model, *args, with_pass=True):
             out = torch.compile(model, fullgraph=True)(*args)
     torch._dynamo.reset()
     return out, pre_add, recorder.graphs
-
-
-def _randomise(model: nn.Module, seed: int) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.2 if p.dim() > 1 else 0.5))
-    return model.eval()
 
 
 class Chain(nn.Module):

@@ -260,41 +260,40 @@ class _Analysis:
     def calls(self, attr: str) -> list:
         return [n for n in ast.walk(self.func) if _self_attr_call(n) == attr]
 
-    def statement_of(self, call: ast.Call) -> tuple[list, int] | None:
-        """(statement list, index) of `W = call` (one name assigned), else None."""
+    def statements(self):
+        """(statement list, index, statement) for every statement of the forward, at any depth."""
         for block in ast.walk(self.func):
             for field in ("body", "orelse", "finalbody"):
                 stmts = getattr(block, field, None)
-                if not isinstance(stmts, list):
-                    continue
-                for i, stmt in enumerate(stmts):
-                    if (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
-                            and isinstance(stmt.targets[0], ast.Name)):
-                        return stmts, i
+                if isinstance(stmts, list):
+                    for i, stmt in enumerate(stmts):
+                        yield stmts, i, stmt
+
+    def statement_of(self, call: ast.Call) -> tuple[list, int] | None:
+        """(statement list, index) of `W = call` (one name assigned), else None."""
+        for stmts, i, stmt in self.statements():
+            if (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)):
+                return stmts, i
         return None
 
     def sites(self, attr: str) -> list[tuple]:
         """(covered call nodes, edit) for each SiLU applied right after self.attr(...)."""
         found = []
-        for block in ast.walk(self.func):
-            for field in ("body", "orelse", "finalbody"):
-                stmts = getattr(block, field, None)
-                if not isinstance(stmts, list):
-                    continue
-                for i, stmt in enumerate(stmts):
-                    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and len(stmt.value.args) == 1:
-                        inner = stmt.value.args[0]
-                        if _self_attr_call(inner) == attr and not stmt.value.keywords:
-                            kind = _silu_kind(stmt.value, self.parent)
-                            if kind is not None:
-                                found.append(([inner], ("nested", stmt, kind[1])))
-                                continue
-                    target = _silu_target(stmt, self.parent)
-                    if target is None or i == 0:
+        for stmts, i, stmt in self.statements():
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and len(stmt.value.args) == 1:
+                inner = stmt.value.args[0]
+                if _self_attr_call(inner) == attr and not stmt.value.keywords:
+                    kind = _silu_kind(stmt.value, self.parent)
+                    if kind is not None:
+                        found.append(([inner], ("nested", stmt, kind[1])))
                         continue
-                    covered = _ends_with_call(stmts[i - 1], attr, target[0])
-                    if covered:
-                        found.append((covered, ("next", (stmts, stmt), target[1])))
+            target = _silu_target(stmt, self.parent)
+            if target is None or i == 0:
+                continue
+            covered = _ends_with_call(stmts[i - 1], attr, target[0])
+            if covered:
+                found.append((covered, ("next", (stmts, stmt), target[1])))
         return found
 
 
