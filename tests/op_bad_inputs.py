@@ -1,6 +1,7 @@
 """The op's bad arguments and what each must raise: the table the Python implementation
 (tests/test_ops.py), the C++ kernels on the CPU (tests/test_cpp_op.py) and the C++ op on a GPU
-(tests/gpu/test_gpu_cpp_op.py) are all held to, and how to collect what the op raised."""
+(tests/gpu/test_gpu_cpp_op.py) are all held to, and how to collect what the op raised; the same
+for group_norm_act_add (tests/test_ops_add.py, tests/gpu/test_gpu_pre_add.py)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,70 @@ def outcomes(cases) -> list:
     for args in cases:
         try:
             torch.ops.trt_gn.group_norm_act(*args)
+            results.append(None)
+        except Exception as e:  # noqa: BLE001 - every exception is compared by type and message
+            results.append([type(e).__name__, str(e)])
+    return results
+
+
+X = torch.zeros(2, 8, 4, 4)
+# Bad arguments, the exception type and the exact message (tests/test_cpp_op.py holds the C++ kernels
+# to the same table). group_norm_act's own checks come first, named after this op.
+ADD_BAD_INPUTS = [
+    ((X, None, None, 4, 1e-5, "silu", None, None, True), ValueError,
+     "group_norm_act_add: give pre_bias or residual; without them use group_norm_act"),
+    ((X, None, None, 4, 1e-5, "silu", None, None, False), ValueError,
+     "group_norm_act_add: give pre_bias or residual; without them use group_norm_act"),
+    ((torch.zeros(2, 8, 4), None, None, 4, 1e-5, "silu", torch.zeros(8), None, False), ValueError,
+     "group_norm_act_add: x must be 4-D (N, C, H, W), got 3-D shape (2, 8, 4)"),
+    ((X, None, None, 3, 1e-5, "silu", torch.zeros(8), None, False), ValueError,
+     "group_norm_act_add: C=8 is not divisible by num_groups=3"),
+    ((X, torch.ones(7), None, 4, 1e-5, "silu", torch.zeros(8), None, False), ValueError,
+     "group_norm_act_add: weight must be 1-D of length C=8, got shape (7,)"),
+    ((X, None, None, 4, -1.0, "silu", None, X, False), ValueError,
+     "group_norm_act_add: eps must be finite and >= 0, got -1.0"),
+    ((X, None, None, 4, 1e-5, "relu", None, X, False), ValueError,
+     "group_norm_act_add: unknown activation 'relu'; expected one of ('none', 'silu')"),
+    ((X.double(), None, None, 4, 1e-5, "silu", None, X.double(), False), TypeError,
+     "group_norm_act_add: x dtype torch.float64 is not supported; expected float32, float16 or bfloat16"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(7), None, False), ValueError,
+     "group_norm_act_add: pre_bias must have shape (C,) = (8,) or (N, C) = (2, 8), got (7,)"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(3, 8), None, False), ValueError,
+     "group_norm_act_add: pre_bias must have shape (C,) = (8,) or (N, C) = (2, 8), got (3, 8)"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(2, 8, 1, 1), None, False), ValueError,
+     "group_norm_act_add: pre_bias must have shape (C,) = (8,) or (N, C) = (2, 8), got (2, 8, 1, 1)"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(()), None, False), ValueError,
+     "group_norm_act_add: pre_bias must have shape (C,) = (8,) or (N, C) = (2, 8), got ()"),
+    ((X.half(), None, None, 4, 1e-5, "silu", torch.zeros(8, dtype=torch.bfloat16), None, False), TypeError,
+     "group_norm_act_add: pre_bias dtype torch.bfloat16 must be x's dtype torch.float16 or torch.float32"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(8, dtype=torch.float64), None, False), TypeError,
+     "group_norm_act_add: pre_bias dtype torch.float64 must be x's dtype torch.float32 or torch.float32"),
+    ((X, None, None, 4, 1e-5, "silu", None, torch.zeros(2, 8, 4, 1), True), ValueError,
+     "group_norm_act_add: residual must have x's shape (2, 8, 4, 4), got (2, 8, 4, 1)"),
+    ((X, None, None, 4, 1e-5, "silu", torch.zeros(8), torch.zeros(8, 4, 4), False), ValueError,
+     "group_norm_act_add: residual must have x's shape (2, 8, 4, 4), got (8, 4, 4)"),
+    ((X, None, None, 4, 1e-5, "silu", None, X.half(), True), TypeError,
+     "group_norm_act_add: residual dtype torch.float16 must be x's dtype torch.float32"),
+    ((X.bfloat16(), None, None, 4, 1e-5, "silu", None, X, True), TypeError,
+     "group_norm_act_add: residual dtype torch.float32 must be x's dtype torch.bfloat16"),
+]
+
+
+def bad_add_cases(device: str) -> list[tuple]:
+    """The CPU tests' bad arguments on `device`, and arguments on two devices."""
+    cases = [tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args) for args, _, _ in ADD_BAD_INPUTS]
+    x = torch.zeros(2, 8, 4, 4, device=device)
+    cases += [(x, None, None, 4, 1e-5, "silu", torch.zeros(8), None, False),
+              (x, None, None, 4, 1e-5, "silu", None, torch.zeros(2, 8, 4, 4), True)]
+    return cases
+
+
+def add_outcomes(cases) -> list:
+    """[exception type name, message] of each group_norm_act_add call (None where it returned)."""
+    results = []
+    for args in cases:
+        try:
+            torch.ops.trt_gn.group_norm_act_add(*args)
             results.append(None)
         except Exception as e:  # noqa: BLE001 - every exception is compared by type and message
             results.append([type(e).__name__, str(e)])

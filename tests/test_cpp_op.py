@@ -9,6 +9,7 @@ kernels is for the life of one."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -18,8 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from trt_gn import _lib
+
 from fresh_python import child, result
-from op_bad_inputs import BAD_INPUTS
+from op_bad_inputs import ADD_BAD_INPUTS, BAD_INPUTS
 
 REPORT = """
     import json, warnings
@@ -140,7 +143,7 @@ def test_missing_ninja_says_why(tmp_path, kernels_lib):
 
 CPP_CASES = """
     import json, sys, torch
-    from op_bad_inputs import BAD_INPUTS
+    from op_bad_inputs import ADD_BAD_INPUTS, BAD_INPUTS
     from trt_gn import _lib, ops
     from trt_gn.reference import group_norm_act_reference
 
@@ -166,6 +169,27 @@ CPP_CASES = """
     x = torch.randn(1, 4, 2, 2, requires_grad=True)
     y = op.redispatch(torch._C.DispatchKeySet(key.AutogradCUDA), x, None, None, 2, 1e-5, "silu")
     cpu = op(*good)
+
+    add = torch.ops.trt_gn.group_norm_act_add.default
+    add_table = {line.split(":")[0]: line for line in torch._C._dispatch_dump_table(ops.ADD_OP_NAME).splitlines()}
+
+    def add_cuda_kernel(*args):
+        return lambda: add.redispatch(torch._C.DispatchKeySet(key.CUDA), *args)
+
+    add_good = (torch.randn(2, 8, 3, 3), None, None, 4, 1e-5, "silu", torch.randn(8), torch.randn(2, 8, 3, 3), True)
+    xa = torch.randn(1, 4, 2, 2, requires_grad=True)
+    ya, sa = add.redispatch(torch._C.DispatchKeySet(key.AutogradCUDA), torch.empty(0, 4, 2, 2, requires_grad=True),
+                            None, None, 2, 1e-5, "silu", torch.zeros(4), None, True)
+    yp, sp = add(xa, None, None, 2, 1e-5, "silu", torch.zeros(4), None, True)
+    print(json.dumps({
+        "add_cuda": add_table.get("CUDA", ""), "add_autograd_cuda": add_table.get("AutogradCUDA", ""),
+        "add_bad": [outcome(add_cuda_kernel(*args)) for args, _, _ in ADD_BAD_INPUTS],
+        "add_good": outcome(add_cuda_kernel(*add_good)),
+        "add_abi": _lib.abi_version(),
+        "add_empty": [list(ya.shape), list(sa.shape), ya.requires_grad, sa.requires_grad,
+                      yp.requires_grad, sp.requires_grad],
+        "add_grad": [outcome(lambda: ya.sum().backward()), outcome(lambda: yp.sum().backward())],
+    }))
     print(json.dumps({
         "kind": impl.kind, "detail": impl.detail,
         "cuda": table.get("CUDA", ""), "autograd_cuda": table.get("AutogradCUDA", ""),
@@ -189,11 +213,16 @@ def cpp_build(tmp_path_factory, kernels_lib):
         pytest.skip(f"no C++ compiler {os.environ.get('CXX', 'c++')} on PATH")
     tmp = tmp_path_factory.mktemp("cpp-op")
     proc = child(CPP_CASES, tmp, TRT_GN_TORCH_OP="cpp")
-    return result(proc), proc.stderr, tmp
+    assert proc.returncode == 0, proc.stderr
+    add_line, line = proc.stdout.strip().splitlines()[-2:]
+    return {**json.loads(line), **json.loads(add_line)}, proc.stderr, tmp
 
 
 def test_cpp_build_registers_the_cuda_kernels(cpp_build):
     out, stderr, tmp = cpp_build
+    assert out["add_cuda"] and out["add_autograd_cuda"]
+    for line in (out["add_cuda"], out["add_autograd_cuda"]):
+        assert "trt_gn/csrc/group_norm_act.cpp" in line, line
     assert out["kind"] == "cpp"
     so = Path(out["detail"])
     assert so.is_file() and so.parent.parent == tmp / "cache" / "torch-op"
@@ -227,3 +256,23 @@ def test_cpp_build_is_reused(cpp_build):
     again = result(proc)
     assert again["kind"] == "cpp" and again["detail"] == out["detail"]
     assert "compiling" not in proc.stderr
+
+
+def test_cpp_add_kernel_raises_the_python_messages(cpp_build):
+    out, _, _ = cpp_build
+    assert out["add_bad"] == [[error.__name__, message] for _, error, message in ADD_BAD_INPUTS]
+    if out["add_abi"] < 4:  # the library predates the pre-add: refused before anything runs
+        assert out["add_good"] == [
+            "LibraryError", f"{_lib.library_path()} has ABI version {out['add_abi']}; a pre-add (pre_bias, residual) "
+            "needs 4: rebuild the library"]
+    else:
+        assert out["add_good"] == ["RuntimeError", "group_norm_act: the CUDA kernel was given a tensor on cpu"]
+
+
+def test_cpp_add_autograd_is_inference_only_like_python(cpp_build):
+    out, _, _ = cpp_build
+    # an empty x returns before the library is reached: shapes, and requires_grad as the Python op's
+    assert out["add_empty"] == [[0, 4, 2, 2], [0, 4, 2, 2], True, True, True, True]
+    no_formula = ("Trying to backward through trt_gn.group_norm_act_add.default but no autograd formula was "
+                  "registered. Please use register_autograd to add one.")
+    assert out["add_grad"] == [["RuntimeError", no_formula]] * 2

@@ -109,3 +109,34 @@ def test_torch_compile_module_channels_last():
         y = compiled(x)
         assert y.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(y, m(x))
+
+
+def test_pre_add_forward():
+    """forward(x, pre_bias, residual, write_sum, addends): the additions normalised with x in one op,
+    the values of the float64 reference of the sum; additions of other forms computed as written."""
+    from trt_gn.reference import group_norm_act_add_reference
+
+    m = _randomise(GroupNormAct(4, 8)).eval()
+    g = torch.Generator().manual_seed(11)
+    x, r = torch.randn(2, 8, 3, 3, generator=g), torch.randn(2, 8, 3, 3, generator=g)
+    b, t = torch.randn(8, generator=g), torch.randn(2, 8, 1, 1, generator=g)
+    with torch.no_grad():
+        y, s = m(x, pre_bias=b, addends=(t, None, r), write_sum=True)
+        pre = b.reshape(1, 8) + t.reshape(2, 8)  # float32, the one rounding of the combined pre-bias
+        y_ref, s_ref = group_norm_act_add_reference(x, m.weight, m.bias, 4, 1e-5, "silu", pre, r)
+        assert torch.equal(y, y_ref.float()) and torch.equal(s, s_ref.float())
+        only_r = group_norm_act_add_reference(x, m.weight, m.bias, 4, 1e-5, "silu", None, r)[0]
+        assert torch.equal(m(x, residual=r), only_r.float())
+        assert torch.equal(m(x), m(x, addends=(None,)))
+        y0, s0 = m(x, write_sum=True)
+        assert s0 is x and torch.equal(y0, m(x))
+        # neither per channel nor x's shape: x + t as written, then the norm
+        odd = torch.randn(2, 8, 3, 1, generator=g)
+        torch.testing.assert_close(m(x, addends=(odd,)), m(x + odd), rtol=0, atol=0)
+        # a dtype x + t promotes x's to: computed as written (a float32 result of float16 x)
+        promoted = m(x.half(), addends=(t,))
+        assert promoted.dtype == torch.float32
+        assert torch.equal(promoted, m(x.half() + t))
+    with pytest.raises(ValueError, match=r"^group_norm_act_add: pre_bias must have shape \(C,\) = \(8,\) or "
+                                         r"\(N, C\) = \(2, 8\), got \(3,\)$"):
+        m(x, pre_bias=torch.zeros(3))

@@ -1,7 +1,8 @@
 """trt_gn: fused GroupNorm(+SiLU) kernels for diffusion models.
 
-Where PyTorch is installed, importing trt_gn registers the PyTorch op torch.ops.trt_gn.group_norm_act
-and exposes trt_gn.nn.GroupNormAct. Without PyTorch the package still imports, so that the engine
+Where PyTorch is installed, importing trt_gn registers the PyTorch ops torch.ops.trt_gn.group_norm_act
+and group_norm_act_add and exposes trt_gn.nn.GroupNormAct (trt_gn.compile_passes, imported on its
+own, adds a torch.compile pass for the latter). Without PyTorch the package still imports, so that the engine
 and Triton tools (`trt-gn build`, `trt-gn triton`, trt_gn.engine, trt_gn.triton) run in an
 environment without it (the `serve` extra); the PyTorch names then raise an ImportError that says
 so. The native kernels library is loaded on first use on a CUDA device (see trt_gn._lib for where it
@@ -20,7 +21,7 @@ _TORCH_NAMES = frozenset({"GroupNormAct", "assert_close", "group_norm_act_refere
 if _importlib_util.find_spec("torch") is not None:
     # torch is installed: register the op now, as users of the op expect from `import trt_gn`.
     # A torch that fails to import is an error here, never silently skipped.
-    from . import ops  # noqa: F401,E402  (registers torch.ops.trt_gn.group_norm_act)
+    from . import ops  # noqa: F401,E402  (registers torch.ops.trt_gn.group_norm_act and _add)
     from .nn import GroupNormAct  # noqa: F401,E402
     from .reference import assert_close, group_norm_act_reference  # noqa: F401,E402
 else:

@@ -1,5 +1,5 @@
-"""The C++ kernels of torch.ops.trt_gn.group_norm_act (trt_gn/csrc/group_norm_act.cpp): built against
-the running torch, loaded, registered.
+"""The C++ kernels of torch.ops.trt_gn.group_norm_act and group_norm_act_add
+(trt_gn/csrc/group_norm_act.cpp): built against the running torch, loaded, registered.
 
 A C++ extension only loads into the torch it was compiled against, so no wheel can carry one for
 every torch trt_gn accepts. It is compiled here instead, once per torch version, by
@@ -142,7 +142,7 @@ def register(path: Path, kernels) -> None:
         entry = library.trt_gn_torch_register
     except (OSError, AttributeError) as e:
         raise CppOpError(f"{path} does not load: {e}") from e
-    entry.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_char_p, ctypes.c_size_t]
+    entry.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
     entry.restype = ctypes.c_int
 
     def address(function) -> int:
@@ -150,5 +150,5 @@ def register(path: Path, kernels) -> None:
 
     error = ctypes.create_string_buffer(1024)
     if entry(address(kernels.trtgn_workspace_size), address(kernels.trtgn_group_norm),
-             address(kernels.trtgn_last_error_message), error, len(error)) != 0:
+             address(kernels.trtgn_last_error_message), kernels.trtgn_abi_version(), error, len(error)) != 0:
         raise CppOpError(f"{path}: {error.value.decode('utf-8', 'replace')}")

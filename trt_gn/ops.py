@@ -1,10 +1,21 @@
-"""The PyTorch custom op torch.ops.trt_gn.group_norm_act (registered by importing this module).
+"""The PyTorch custom ops torch.ops.trt_gn.group_norm_act and group_norm_act_add (registered by
+importing this module).
 
     group_norm_act(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation) -> Tensor
 
 x: 4-D (N, C, H, W), float32/float16/bfloat16, contiguous or channels_last (other strides are made
 contiguous first); the output has x's shape, dtype and memory format. weight/bias: 1-D of length C,
 x's dtype or float32, or None. activation: one of trt_gn.spec.ACTIVATIONS.
+
+    group_norm_act_add(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation,
+                       Tensor? pre_bias, Tensor? residual, bool write_sum) -> (Tensor y, Tensor s)
+
+The pre-add form: s = x + pre_bias[n, c] + residual (computed in fp32), y = act(GroupNorm(s) * weight
++ bias), the statistics those of s. pre_bias: [C] or [N, C] (e.g. a convolution's bias plus a time
+embedding), x's dtype or float32; residual: x's shape and dtype, any layout (made to match x's); at
+least one of the two. s is returned rounded once to x's dtype, with x's shape and memory format, where
+write_sum is True, else as an empty tensor (numel 0). Its own op, so group_norm_act's schema (ONNX
+export, the TensorRT plugin, saved graphs) stays as it is.
 CUDA: the fused kernels of the kernels library on the current stream. CPU: the float64 reference,
 rounded once to x's dtype. A fake (meta) implementation lets torch.compile and torch.export trace it.
 Inference only: no autograd formula is registered (backward raises).
@@ -27,16 +38,17 @@ import torch
 
 from . import _cpp_op, _lib, spec
 from .errors import first_line
-from .reference import group_norm_act_reference
+from .reference import group_norm_act_add_reference, group_norm_act_reference
 
 OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME}"
+ADD_OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_ADD_OP_NAME}"
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def check_inputs(x, weight, bias, num_groups, eps, activation) -> None:
-    """Raise ValueError/TypeError with a clear message for arguments the op does not accept."""
-    where = spec.TORCH_OP_NAME
+def check_inputs(x, weight, bias, num_groups, eps, activation, where: str = spec.TORCH_OP_NAME) -> None:
+    """Raise ValueError/TypeError with a clear message for arguments the op does not accept (`where`:
+    the op named in it)."""
     if x.dim() != 4:
         raise ValueError(f"{where}: x must be 4-D (N, C, H, W), got {x.dim()}-D shape {tuple(x.shape)}")
     if x.dtype not in SUPPORTED_DTYPES:
@@ -55,10 +67,35 @@ def check_inputs(x, weight, bias, num_groups, eps, activation) -> None:
             continue
         if t.dim() != 1 or t.shape[0] != c:
             raise ValueError(f"{where}: {name} must be 1-D of length C={c}, got shape {tuple(t.shape)}")
-        if t.dtype != x.dtype and t.dtype != torch.float32:
-            raise TypeError(f"{where}: {name} dtype {t.dtype} must be x's dtype {x.dtype} or torch.float32")
-        if t.device != x.device:
-            raise ValueError(f"{where}: {name} is on {t.device} but x is on {x.device}")
+        _check_per_channel(where, name, t, x)
+
+
+def _check_per_channel(where: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    if t.dtype != x.dtype and t.dtype != torch.float32:
+        raise TypeError(f"{where}: {name} dtype {t.dtype} must be x's dtype {x.dtype} or torch.float32")
+    if t.device != x.device:
+        raise ValueError(f"{where}: {name} is on {t.device} but x is on {x.device}")
+
+
+def check_add_inputs(x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum) -> None:
+    """check_inputs for group_norm_act_add, then its own arguments."""
+    where = spec.TORCH_ADD_OP_NAME
+    check_inputs(x, weight, bias, num_groups, eps, activation, where)
+    if pre_bias is None and residual is None:
+        raise ValueError(f"{where}: give pre_bias or residual; without them use {spec.TORCH_OP_NAME}")
+    n, c = x.shape[:2]
+    if pre_bias is not None:
+        if tuple(pre_bias.shape) not in ((c,), (n, c)):
+            raise ValueError(f"{where}: pre_bias must have shape (C,) = ({c},) or (N, C) = ({n}, {c}), "
+                             f"got {tuple(pre_bias.shape)}")
+        _check_per_channel(where, "pre_bias", pre_bias, x)
+    if residual is not None:
+        if residual.shape != x.shape:
+            raise ValueError(f"{where}: residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+        if residual.dtype != x.dtype:
+            raise TypeError(f"{where}: residual dtype {residual.dtype} must be x's dtype {x.dtype}")
+        if residual.device != x.device:
+            raise ValueError(f"{where}: residual is on {residual.device} but x is on {x.device}")
 
 
 def _supported_layout(x: torch.Tensor) -> torch.Tensor:
@@ -68,8 +105,17 @@ def _supported_layout(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
+def _layout_like(t: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """t in x's memory format (x as _supported_layout returns it: NCHW-contiguous wins a tie, as the
+    kernels' layout does)."""
+    return t.contiguous() if x.is_contiguous() else t.contiguous(memory_format=torch.channels_last)
+
+
 ARGUMENTS = "(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation)"
 SCHEMA = f"{ARGUMENTS} -> Tensor"
+ADD_ARGUMENTS = ("(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation, "
+                 "Tensor? pre_bias, Tensor? residual, bool write_sum)")
+ADD_SCHEMA = f"{ADD_ARGUMENTS} -> (Tensor y, Tensor s)"
 
 IMPLEMENTATION_ENV = "TRT_GN_TORCH_OP"
 IMPLEMENTATION_MODES = ("auto", "cpp", "python")
@@ -177,23 +223,76 @@ def _group_norm_act(
 # The op, to call: the OpOverload, no Python layer of its own.
 group_norm_act = torch.ops.trt_gn.group_norm_act.default
 
+
+@torch.library.custom_op(ADD_OP_NAME, mutates_args=(), device_types=None, schema=ADD_SCHEMA)
+def _group_norm_act_add(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    eps: float,
+    activation: str,
+    pre_bias: torch.Tensor | None,
+    residual: torch.Tensor | None,
+    write_sum: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # Registered as group_norm_act is (see there): the C++ kernels take CUDA calls once registered.
+    check_add_inputs(x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum)
+    args = (x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum)
+    if x.device.type == "cuda":
+        if _choice is None and implementation().kind == "cpp":
+            return group_norm_act_add(*args)
+        return _group_norm_act_add_cuda(*args)
+    if x.device.type != "cpu":
+        raise NotImplementedError(f"{spec.TORCH_ADD_OP_NAME}: x is on {x.device}; trt_gn runs on CPU and CUDA devices")
+    x, y, s = _add_outputs(x, write_sum)
+    if x.numel() > 0:
+        ref_y, ref_s = group_norm_act_add_reference(x, weight, bias, num_groups, eps, activation, pre_bias, residual)
+        y.copy_(ref_y)  # one rounding of the float64 results each
+        if write_sum:
+            s.copy_(ref_s)
+    return y, s
+
+
+def _add_outputs(x: torch.Tensor, write_sum: bool):
+    """(x in a supported layout, y, s) as group_norm_act_add returns them: y and a written s in x's
+    memory format, an unwritten s empty."""
+    x = _supported_layout(x)
+    return x, torch.empty_like(x), torch.empty_like(x) if write_sum else x.new_empty(0)
+
+
+group_norm_act_add = torch.ops.trt_gn.group_norm_act_add.default
+
 # Private ops through which the C++ kernels raise what the Python implementation raises, type and
 # message: bad arguments (check_inputs) and an error status of the kernels library (TrtGnError).
 _private = torch.library.Library(spec.TORCH_NAMESPACE, "FRAGMENT")
 _private.define(f"_group_norm_act_check{ARGUMENTS} -> ()")
 _private.define("_group_norm_act_failed(Tensor x, int status, str message) -> ()")
+_private.define(f"_group_norm_act_add_check{ADD_ARGUMENTS} -> ()")
+# A kernels library older than the pre-add fields (it would ignore them): _lib.require_pre_add's error.
+_private.define("_group_norm_act_add_unsupported(Tensor x) -> ()")
 
 
 def _check_arguments(x, weight, bias, num_groups, eps, activation) -> None:
     check_inputs(x, weight, bias, num_groups, eps, activation)
 
 
+def _check_add_arguments(*args) -> None:
+    check_add_inputs(*args)
+
+
 def _raise_kernels_error(x, status, message) -> None:
     raise _lib.TrtGnError(status, message)
 
 
+def _require_pre_add(x) -> None:
+    _lib.require_pre_add()
+
+
 _private.impl("_group_norm_act_check", _check_arguments, "CompositeExplicitAutograd")
 _private.impl("_group_norm_act_failed", _raise_kernels_error, "CompositeExplicitAutograd")
+_private.impl("_group_norm_act_add_check", _check_add_arguments, "CompositeExplicitAutograd")
+_private.impl("_group_norm_act_add_unsupported", _require_pre_add, "CompositeExplicitAutograd")
 
 
 # The dtype names of the tools and options (fp32, fp16, bf16) -> torch dtypes: the one such map.
@@ -201,35 +300,47 @@ DTYPE_BY_NAME = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfl
 ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
 
 
-def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None):
+def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                   pre_bias: torch.Tensor | None = None):
     """(weight, bias, affine dtype) as the ABI takes them: contiguous, one dtype for both (float32
-    where they differ from x's: it holds every supported dtype exactly)."""
-    affine = [t for t in (weight, bias) if t is not None]
+    where they differ from x's: it holds every supported dtype exactly). With a pre_bias (it shares
+    the affine dtype): (weight, bias, pre_bias, affine dtype)."""
+    given = (weight, bias) if pre_bias is None else (weight, bias, pre_bias)
     affine_dtype = x.dtype
-    if affine and any(t.dtype != x.dtype for t in affine):
+    if any(t is not None and t.dtype != x.dtype for t in given):
         affine_dtype = torch.float32
-    if weight is not None:
-        weight = weight.to(affine_dtype).contiguous()
-    if bias is not None:
-        bias = bias.to(affine_dtype).contiguous()
-    return weight, bias, affine_dtype
+    return (*(t if t is None else t.to(affine_dtype).contiguous() for t in given), affine_dtype)
 
 
 def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, channel_stride=None,
-               shape=None) -> _lib.Params:
+               shape=None, pre_bias=None, residual=None, sum_out=None) -> _lib.Params:
     """trtgn_params_t for CUDA tensors x and y (contiguous NCHW or channels_last, the same format).
 
-    weight/bias must already be as affine_for_abi() returns them. `layout` ("nchw" or "nhwc")
-    defaults to NCHW where x is contiguous, else NHWC. `shape` (N, C, H, W) and `channel_stride`
-    describe a padded NHWC buffer (x then holds N*H*W pixels of channel_stride elements).
+    weight/bias (and pre_bias) must already be as affine_for_abi() returns them. `layout` ("nchw" or
+    "nhwc") defaults to NCHW where x is contiguous, else NHWC. `shape` (N, C, H, W) and
+    `channel_stride` describe a padded NHWC buffer (x then holds N*H*W pixels of channel_stride
+    elements).
+
+    The pre-add (group_norm_act_add): pre_bias [C] or [N, C], residual with x's dtype, layout and
+    strides, sum_out with y's. A library older than the pre-add fields would ignore them, so setting
+    any of them first requires one that has them (_lib.require_pre_add raises LibraryError).
     """
     n, c, h, w = shape if shape is not None else x.shape
-    affine = [t for t in (weight, bias) if t is not None]
+    affine = [t for t in (weight, bias, pre_bias) if t is not None]
     if len({t.dtype for t in affine}) > 1:
-        raise TypeError("weight and bias must have one dtype (see affine_for_abi)")
+        raise TypeError("weight, bias and pre_bias must have one dtype (see affine_for_abi)")
     affine_dtype = affine[0].dtype if affine else x.dtype
     if layout is None:
         layout = "nchw" if shape is None and x.is_contiguous() else "nhwc"
+    pre_add = {}
+    if pre_bias is not None or residual is not None or sum_out is not None:
+        _lib.require_pre_add()
+        pre_add = {
+            "pre_bias": pre_bias.data_ptr() if pre_bias is not None else None,
+            "pre_bias_n_stride": c if pre_bias is not None and pre_bias.dim() == 2 else 0,
+            "residual": residual.data_ptr() if residual is not None else None,
+            "sum_out": sum_out.data_ptr() if sum_out is not None else None,
+        }
     return _lib.Params(
         x=x.data_ptr(),
         y=y.data_ptr(),
@@ -246,6 +357,7 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
         gamma=weight.data_ptr() if weight is not None else None,
         beta=bias.data_ptr() if bias is not None else None,
         affine_dtype=ABI_DTYPE[affine_dtype],
+        **pre_add,
     )
 
 
@@ -256,7 +368,27 @@ def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
     if x.numel() == 0:
         return y
     weight, bias, _ = affine_for_abi(x, weight, bias)
-    params = abi_params(x, y, weight, bias, num_groups, eps, activation)
+    _launch(abi_params(x, y, weight, bias, num_groups, eps, activation), x)
+    return y
+
+
+def _group_norm_act_add_cuda(x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum):
+    """The Python implementation of group_norm_act_add's CUDA call (arguments already checked)."""
+    x, y, s = _add_outputs(x, write_sum)
+    if x.numel() == 0:
+        return y, s
+    if pre_bias is None:
+        weight, bias, _ = affine_for_abi(x, weight, bias)
+    else:
+        weight, bias, pre_bias, _ = affine_for_abi(x, weight, bias, pre_bias)
+    residual = _layout_like(residual, x) if residual is not None else None
+    _launch(abi_params(x, y, weight, bias, num_groups, eps, activation, pre_bias=pre_bias, residual=residual,
+                       sum_out=s if write_sum else None), x)
+    return y, s
+
+
+def _launch(params: _lib.Params, x: torch.Tensor) -> None:
+    """trtgn_group_norm with a workspace of its size, on x's device and current stream."""
     with torch.cuda.device(x.device):
         nbytes = _lib.workspace_size(params)
         # The caching allocator ties the block to the current stream (and to the graph pool
@@ -264,7 +396,6 @@ def _group_norm_act_cuda(x, weight, bias, num_groups, eps, activation):
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
         stream = torch.cuda.current_stream(x.device).cuda_stream
         _lib.group_norm(params, workspace.data_ptr() if workspace is not None else None, nbytes, stream)
-    return y
 
 
 def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation="silu") -> dict:
@@ -288,3 +419,10 @@ def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation
 def _group_norm_act_fake(x, weight, bias, num_groups, eps, activation):
     check_inputs(x, weight, bias, num_groups, eps, activation)
     return torch.empty_like(_supported_layout(x))
+
+
+@_group_norm_act_add.register_fake
+def _group_norm_act_add_fake(x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum):
+    check_add_inputs(x, weight, bias, num_groups, eps, activation, pre_bias, residual, write_sum)
+    _, y, s = _add_outputs(x, write_sum)
+    return y, s

@@ -159,6 +159,23 @@ def group_norm_act_reference(
     return y
 
 
+def group_norm_act_add_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    num_groups: int,
+    eps: float,
+    activation: str,
+    pre_bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, s) of torch.ops.trt_gn.group_norm_act_add in float64: group_norm_act_reference and
+    sum_reference of the same pre-add, each with its accuracy terms."""
+    return (group_norm_act_reference(x, weight, bias, num_groups, eps, activation, pre_bias=pre_bias,
+                                     residual=residual),
+            sum_reference(x, pre_bias, residual))
+
+
 def _values_and_terms(ref) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(ref, tuple):
         return ref

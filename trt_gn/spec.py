@@ -29,9 +29,10 @@ LEGACY_FIELD_EPSILON = "epsilon"
 LEGACY_FIELD_SWISH = "bSwish"
 LEGACY_NUM_GROUPS = 32
 
-# PyTorch custom op: torch.ops.trt_gn.group_norm_act
+# PyTorch custom ops: torch.ops.trt_gn.group_norm_act and its pre-add form group_norm_act_add
 TORCH_NAMESPACE = "trt_gn"
 TORCH_OP_NAME = "group_norm_act"
+TORCH_ADD_OP_NAME = "group_norm_act_add"
 
 # Shared-library file names built by plugin_src/
 KERNELS_LIBRARY = "libtrt_gn_kernels.so"

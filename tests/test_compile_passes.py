@@ -1,0 +1,137 @@
+"""trt_gn.compile_passes: the Inductor post-grad pass that moves a convolution's bias, a residual add
+and a time embedding into group_norm_act_add, on the CPU: what it rewrites and leaves (its report,
+and the graph after it), and the compiled model's values within the accuracy rule of the float64
+reference."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._inductor import config as inductor_config
+
+from trt_gn import compile_passes
+from trt_gn.reference import assert_close, group_norm_act_add_reference
+from trt_gn.swap import swap_group_norms
+
+from pre_add_models import Chain, Recorder, compile_and_run, float64_reference, randomise
+
+diffusers_resnet = pytest.importorskip("diffusers.models.resnet")
+
+ADD = torch.ops.trt_gn.group_norm_act_add.default
+PLAIN = torch.ops.trt_gn.group_norm_act.default
+
+
+def test_resnet_chain_is_rewritten_across_blocks():
+    original = randomise(Chain(), 21)
+    model = copy.deepcopy(original)
+    swap_group_norms(model, pre_add=True)  # conv1's bias into norm2, within each block
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(22))
+    out, pre_add, graphs = compile_and_run(model, x)
+
+    assert pre_add.report.graphs == 1
+    assert [(d.node, d.action) for d in pre_add.report.decisions] == [
+        ("group_norm_act", "left"), ("group_norm_act_1", "fused"), ("group_norm_act_2", "fused")]
+    left, first, second = pre_add.report.decisions
+    assert left.reason == "the convolution's output has other users"  # conv_in feeds norm1 and the residual
+    assert first.reason.endswith(" (residual); the sum kept for 1 other user(s)") and "'s bias + " in first.reason
+    assert second.reason.endswith(" (residual)") and "sum kept" not in second.reason
+    assert "2 group_norm_act node(s) rewritten to group_norm_act_add, 1 left" in pre_add.summary()
+
+    (graph,) = graphs
+    fused = [args for target, args in graph if target is ADD]
+    # the swap's two (conv1's bias) and the pass's two (conv2's bias and the residual)
+    assert len(fused) == 4 and sum(target is PLAIN for target, _ in graph) == 1
+    from_pass = [args for args in fused if args[7] is not None]
+    assert [args[8] for args in from_pass] == [True, False]  # the first block's sum is kept for the second
+    convs = [args for target, args in graph if target is torch.ops.aten.convolution.default]
+    assert [args[2] is None for args in convs] == [False, True, True, True, True]  # conv_in keeps its bias
+    assert not any(target is torch.ops.aten.add.Tensor for target, _ in graph)
+
+    ref = float64_reference(original, x)
+    assert_close(out, ref, torch.float32, what="compiled with the pass")
+    unfused, _, _ = compile_and_run(model, x, with_pass=False)
+    assert_close(unfused, ref, torch.float32, what="compiled without the pass")
+
+
+def test_time_embedding_joins_the_pre_bias():
+    """Without the swap's pre-add, norm2's input is add(convolution, temb[:, :, None, None]) in the
+    graph: the pass moves the conv's bias and the embedding into one [N, C] float32 pre-bias."""
+    original = randomise(Chain(temb_channels=12), 23)
+    model = copy.deepcopy(original)
+    swap_group_norms(model)
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(24))
+    temb = torch.randn(2, 12, generator=torch.Generator().manual_seed(25))
+    out, pre_add, graphs = compile_and_run(model, x, temb)
+    reasons = [d.reason for d in pre_add.report.fused]
+    assert len(reasons) == 4 and sum(r.endswith(" (per channel)") for r in reasons) == 2, pre_add.summary()
+    (graph,) = graphs
+    pre_biases = [args[6] for target, args in graph if target is ADD and args[7] is None]
+    assert [tuple(p.meta["val"].shape) + (p.meta["val"].dtype,) for p in pre_biases] == [(2, 16, torch.float32)] * 2
+    assert_close(out, float64_reference(original, x, temb), torch.float32)
+
+
+class Cases(nn.Module):
+    """One norm per case the pass must leave alone (and one it takes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.shared = nn.Conv2d(8, 8, 1)
+        self.w = nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x, r, r_half, r_row):
+        gn = torch.ops.trt_gn.group_norm_act
+        outs = [
+            gn(torch.add(self.conv(x), r, alpha=2), self.w, None, 4, 1e-5, "silu"),  # alpha
+            gn((self.conv(x) + r) / 2, self.w, None, 4, 1e-5, "silu"),  # a real scale
+            gn(self.conv(x) + r_row, self.w, None, 4, 1e-5, "silu"),  # broadcast over W
+            gn(self.conv(x) + r_half, self.w, None, 4, 1e-5, "silu"),  # float16 promoted to float32 by the add
+            gn(self.conv(x) + x * 3, self.w, None, 4, 1e-5, "none"),  # taken: bias and residual
+        ]
+        h = self.shared(x)
+        outs.append(gn(h, self.w, None, 4, 1e-5, "silu") + h)  # the biased output is used again
+        return torch.stack(outs)
+
+
+def test_left_where_not_exact():
+    model = randomise(Cases(), 26)
+    g = torch.Generator().manual_seed(27)
+    args = (torch.randn(2, 8, 5, 5, generator=g), torch.randn(2, 8, 5, 5, generator=g),
+            torch.randn(2, 8, 5, 5, generator=g).half(), torch.randn(2, 8, 5, 1, generator=g))
+    out, pre_add, graphs = compile_and_run(model, *args)
+    decisions = [(d.action, d.reason) for d in pre_add.report.decisions]
+    assert decisions == [
+        ("left", "the add has an alpha"),
+        ("left", "its input is neither an add nor a convolution"),
+        ("left", "the add broadcasts an operand that is neither per-channel nor of x's shape"),
+        ("left", "the add's operands differ in dtype or device from its result"),
+        ("fused", "convolution_4's bias + mul (residual)"),
+        ("left", "the convolution's output has other users"),
+    ], pre_add.summary()
+    (graph,) = graphs
+    assert sum(target is ADD for target, _ in graph) == 1 and sum(target is PLAIN for target, _ in graph) == 5
+    with torch.no_grad():
+        expected = model(*args)
+        conv = F.conv2d(args[0], model.conv.weight, None, padding=1)
+    left = [0, 1, 2, 3, 5]
+    torch.testing.assert_close(out[left], expected[left], rtol=1e-5, atol=1e-5)  # as without the pass
+    ref, _ = group_norm_act_add_reference(conv, model.w, None, 4, 1e-5, "none", model.conv.bias, args[0] * 3)
+    assert_close(out[4], ref, torch.float32)
+
+
+def test_enable_keeps_a_configured_pass_and_restores_it():
+    other = Recorder()
+    with inductor_config.patch(post_grad_custom_post_pass=other):
+        handle = compile_passes.enable()
+        assert inductor_config.post_grad_custom_post_pass == [other, handle]
+        with pytest.raises(RuntimeError, match="^this pre-add pass is enabled already$"):
+            handle.install()
+        handle.disable()
+        assert inductor_config.post_grad_custom_post_pass is other
+        handle.disable()  # a second time: nothing to do
+        assert inductor_config.post_grad_custom_post_pass is other
+    assert isinstance(handle.uuid(), bytes) and handle.uuid() == compile_passes.PreAddPass().uuid()

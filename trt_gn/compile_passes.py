@@ -1,0 +1,322 @@
+"""A torch.compile (Inductor) graph pass that moves the additions in front of trt_gn's GroupNorm into
+it: torch.ops.trt_gn.group_norm_act_add instead of separate bias and residual passes.
+
+    from trt_gn import compile_passes
+    with compile_passes.enable() as pre_add:       # or pre_add = compile_passes.enable() ... .disable()
+        compiled = torch.compile(model)
+        compiled(*args)                              # the pass runs while Inductor compiles
+    print(pre_add.summary())                         # what it rewrote, and what it left and why
+
+It runs on Inductor's post-grad graph (torch._inductor.config.post_grad_custom_post_pass, after
+Inductor's own passes, right before lowering; the joint graph has already dropped a division by
+1), where a convolution still carries its bias, and rewrites each
+
+    y = group_norm_act(add(convolution(a, w, b, ...), r), ...)
+    y = group_norm_act(add(x, r), ...)    y = group_norm_act(convolution(a, w, b, ...), ...)
+
+into convolution(a, w, None, ...) and (y, s) = group_norm_act_add(x, ..., pre_bias, residual,
+write_sum), with the add's other users reading s (write_sum is True where there are any). It
+takes only what is exact:
+  - r of x's shape and dtype is the residual; r of per-channel shape ([N or 1, C, 1, 1], x's dtype:
+    a time embedding) joins the pre-bias (with the convolution's bias, summed in float32);
+  - a convolution's bias moves only where the add (or the norm) is its output's only user, the
+    bias 1-D [C] of the output's dtype or float32;
+  - an add with alpha, of a scalar, of broadcasting or promoting operands, is left alone.
+Module-level additions (a block's output sum feeding the next block's norm: diffusers' ResnetBlock2D
+chain) are what this pass is for; within one module, trt_gn.swap.swap_group_norms(pre_add=True)
+does the same before tracing.
+
+The pass's uuid covers this file, so Inductor's FX graph cache keys compiled graphs by it; a graph
+served from that cache was rewritten when it was compiled, but the pass does not run and reports
+nothing for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import torch
+from torch._inductor import config as inductor_config
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes, get_hash_for_files
+
+from . import ops  # noqa: F401  (registers the ops)
+
+aten = torch.ops.aten
+GROUP_NORM_ACT = torch.ops.trt_gn.group_norm_act.default
+GROUP_NORM_ACT_ADD = torch.ops.trt_gn.group_norm_act_add.default
+CONVOLUTION = aten.convolution.default
+
+
+@dataclasses.dataclass
+class Decision:
+    node: str  # the group_norm_act node of the graph it was found in
+    action: str  # "fused" or "left"
+    reason: str  # what moved in (fused) or why nothing did (left)
+
+
+@dataclasses.dataclass
+class PreAddReport:
+    decisions: list[Decision] = dataclasses.field(default_factory=list)
+    graphs: int = 0  # graphs the pass ran on
+
+    @property
+    def fused(self) -> list[Decision]:
+        return [d for d in self.decisions if d.action == "fused"]
+
+    @property
+    def left(self) -> list[Decision]:
+        return [d for d in self.decisions if d.action == "left"]
+
+    def summary(self) -> str:
+        lines = [f"pre-add pass: {self.graphs} graph(s), {len(self.fused)} group_norm_act node(s) rewritten to "
+                 f"group_norm_act_add, {len(self.left)} left"]
+        lines += [f"  {d.action:5s} {d.node}: {d.reason}" for d in self.decisions]
+        return "\n".join(lines)
+
+
+def _val(node):
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _is(node, target) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is target
+
+
+def _fake(target, args):
+    """The fake value of target(*args), args' nodes replaced by their fake values."""
+    vals = [_val(a) if isinstance(a, torch.fx.Node) else a for a in args]
+    if target is operator.getitem:
+        return target(*vals)
+    with torch._guards.detect_fake_mode(vals):
+        return target(*vals)
+
+
+def _insert(graph, target, args, meta_from=None, inserted=None):
+    """A new node of target(*args) with its fake value (computed first: a refusal inserts nothing)."""
+    val = _fake(target, args)
+    node = graph.call_function(target, tuple(args))
+    if meta_from is not None:  # where it came from (stack trace, module); not another op's input values
+        node.meta.update({k: v for k, v in meta_from.meta.items() if k not in ("val", "eager_input_vals")})
+    node.meta["val"] = val
+    if inserted is not None:
+        inserted.append(node)
+    return node
+
+
+def _one(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == 1
+
+
+def _per_channel(t, n: int, c: int) -> bool:
+    return t.dim() == 4 and t.shape[0] in (1, n) and tuple(t.shape[1:]) == (c, 1, 1)
+
+
+class _Candidate:
+    """What can move into one group_norm_act node, or why nothing can (reason)."""
+
+    def __init__(self, gn: torch.fx.Node):
+        self.gn = gn
+        self.base = self.conv = self.add = self.div = self.residual = self.channel_term = None
+        self.reason = ""
+        x = gn.args[0]
+        xv = _val(x)
+        if _is(x, aten.div.Tensor) and _is(x.args[0], aten.add.Tensor) and _one(x.args[1]):
+            self.div, x = x, x.args[0]  # (a + b) / 1 is a + b, to the bit
+        if xv is None or xv.dim() != 4:
+            self.reason = "its input has no 4-D value to check"
+            return
+        if _is(x, aten.add.Tensor):
+            self._from_add(x, xv)
+        elif _is(x, CONVOLUTION):
+            self.base, self.conv = x, self._conv(x, gn)
+            if self.conv is None:
+                return
+        else:
+            self.reason = "its input is neither an add nor a convolution"
+            return
+        if self.conv is None and self.residual is None and self.channel_term is None:
+            self.reason = self.reason or "nothing to move"
+
+    def _from_add(self, add, xv):
+        a, b = add.args[:2]
+        if add.kwargs.get("alpha", 1) != 1 or len(add.args) > 2:
+            self.reason = "the add has an alpha"
+            return
+        av, bv = _val(a), _val(b)
+        if av is None or bv is None:
+            self.reason = "the add is of a scalar"
+            return
+        if av.dtype != xv.dtype or bv.dtype != xv.dtype or av.device != xv.device or bv.device != xv.device:
+            self.reason = "the add's operands differ in dtype or device from its result"
+            return
+        n, c = xv.shape[:2]
+        same = [tuple(t.shape) == tuple(xv.shape) for t in (av, bv)]
+        if all(same):
+            # a convolution whose bias can move is the base, the other operand the residual
+            movable = [t for t in (a, b) if _is(t, CONVOLUTION) and self._conv(t, add, quiet=True) is not None]
+            self.base, self.residual = (b, a) if movable[:1] == [b] else (a, b)
+        elif same[0] and _per_channel(bv, n, c):
+            self.base, self.channel_term = a, b
+        elif same[1] and _per_channel(av, n, c):
+            self.base, self.channel_term = b, a
+        else:
+            self.reason = "the add broadcasts an operand that is neither per-channel nor of x's shape"
+            return
+        self.add = add
+        if _is(self.base, CONVOLUTION):
+            self.conv = self._conv(self.base, add, quiet=True)
+
+    def _conv(self, conv, user, quiet=False):
+        bias = conv.args[2]
+        bv, cv = _val(bias), _val(conv)
+        why = ""
+        if bias is None:
+            why = "the convolution has no bias"
+        elif len(conv.users) != 1 or user not in conv.users:
+            why = "the convolution's output has other users"
+        elif bv is None or bv.dim() != 1 or bv.shape[0] != cv.shape[1] or bv.dtype not in (cv.dtype, torch.float32):
+            why = "the convolution's bias is not a [C] tensor of its dtype or float32"
+        if why:
+            if not quiet:
+                self.reason = why
+            return None
+        return conv
+
+
+def _position(graph) -> dict:
+    return {node: i for i, node in enumerate(graph.nodes)}
+
+
+def _rewrite(graph, cand: _Candidate) -> str:
+    """Rewrite one candidate; returns the decision's reason (what moved)."""
+    gn = cand.gn
+    _, weight, bias, _, _, _ = gn.args
+    add = cand.add
+    # the other users of the sum (of the add, and of its division by 1): they read s instead
+    sums = [t for t in (add, cand.div) if t is not None]
+    others = [u for t in sums for u in t.users if u is not gn and u is not cand.div]
+    order = _position(graph)
+    # Where the fused node goes: at the add (its other users may come before the norm), which needs
+    # the norm's weight and bias defined before it; else at the norm, after which the others must come.
+    anchor = gn
+    if add is not None and all(not isinstance(t, torch.fx.Node) or order[t] < order[add] for t in (weight, bias)):
+        anchor = add
+    elif any(order[u] < order[gn] for u in others):
+        raise _Skip("the add's other users come before the norm, whose weight or bias is computed after the add")
+    moved, inserted = [], []
+    with graph.inserting_before(anchor):
+        try:
+            fused, base, s = _insert_fused(graph, cand, moved, inserted, others)
+        except (TypeError, ValueError) as e:  # the op's own checks, on the fake values
+            for node in reversed(inserted):
+                graph.erase_node(node)
+            raise _Skip(f"group_norm_act_add refuses it: {e}") from e
+    gn.replace_all_uses_with(fused)
+    graph.erase_node(gn)
+    for t in reversed(sums):  # the division (if any) first: it uses the add
+        if s is not None:
+            t.replace_all_uses_with(s)
+        graph.erase_node(t)
+    if cand.conv is not None:
+        graph.erase_node(cand.conv)
+    reason = " + ".join(moved)
+    return reason + (f"; the sum kept for {len(others)} other user(s)" if others else "")
+
+
+def _insert_fused(graph, cand: _Candidate, moved: list, inserted: list, others: list):
+    """Insert the bias-free convolution, the pre-bias and group_norm_act_add at the graph's insertion
+    point; returns (y, the new base, s or None). Every node inserted is appended to `inserted`."""
+    _, weight, bias, groups, eps, activation = cand.gn.args
+
+    def insert(target, args, meta_from=None):
+        return _insert(graph, target, args, meta_from, inserted)
+
+    base, pre_bias = cand.base, None
+    if cand.conv is not None:
+        conv = cand.conv
+        base = insert(CONVOLUTION, (conv.args[0], conv.args[1], None, *conv.args[3:]), meta_from=conv)
+        pre_bias = conv.args[2]
+        moved.append(f"{conv.name}'s bias")
+    if cand.channel_term is not None:
+        term = cand.channel_term
+        term = insert(aten.squeeze.dims, (term, [0, 2, 3] if _val(term).shape[0] == 1 else [2, 3]))
+        if pre_bias is not None:  # summed in float32: the op takes a float32 pre-bias
+            f32 = torch.ops.prims.convert_element_type.default
+            pre_bias = insert(aten.add.Tensor, (insert(f32, (pre_bias, torch.float32)),
+                                                insert(f32, (term, torch.float32))))
+        else:
+            pre_bias = term
+        moved.append(f"{cand.channel_term.name} (per channel)")
+    if cand.residual is not None:
+        moved.append(f"{cand.residual.name} (residual)")
+    args = (base, weight, bias, groups, eps, activation, pre_bias, cand.residual, bool(others))
+    fused = insert(GROUP_NORM_ACT_ADD, args, meta_from=cand.gn)
+    y = insert(operator.getitem, (fused, 0), meta_from=cand.gn)
+    s = insert(operator.getitem, (fused, 1), meta_from=cand.div or cand.add) if others else None
+    return y, base, s
+
+
+class _Skip(Exception):
+    pass
+
+
+class PreAddPass(CustomGraphPass):
+    """The pass (a CustomGraphPass); its report collects the decisions of every graph it ran on."""
+
+    def __init__(self):
+        self.report = PreAddReport()
+        self._previous = None
+        self._installed = False
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        decisions = []
+        for gn in [n for n in graph.nodes if _is(n, GROUP_NORM_ACT)]:
+            name = gn.name
+            cand = _Candidate(gn)
+            if cand.reason:
+                decisions.append(Decision(name, "left", cand.reason))
+                continue
+            try:
+                decisions.append(Decision(name, "fused", _rewrite(graph, cand)))
+            except _Skip as e:
+                decisions.append(Decision(name, "left", str(e)))
+        graph.lint()
+        self.report.graphs += 1
+        self.report.decisions.extend(decisions)
+
+    def uuid(self) -> bytes:
+        return get_hash_for_files((__file__, ops.__file__))
+
+    # enable() / disable() / context manager
+
+    def summary(self) -> str:
+        return self.report.summary()
+
+    def install(self) -> "PreAddPass":
+        if self._installed:
+            raise RuntimeError("this pre-add pass is enabled already")
+        self._previous = inductor_config.post_grad_custom_post_pass
+        others = get_custom_graph_passes(self._previous)
+        inductor_config.post_grad_custom_post_pass = [*others, self] if others else self
+        self._installed = True
+        return self
+
+    def disable(self) -> None:
+        """Put back the post-grad pass that was configured before enable()."""
+        if self._installed:
+            inductor_config.post_grad_custom_post_pass = self._previous
+            self._installed = False
+
+    def __enter__(self) -> "PreAddPass":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.disable()
+
+
+def enable() -> PreAddPass:
+    """Install the pre-add pass for the torch.compile (Inductor) compilations that follow, after any
+    post-grad pass configured already; returns it: its report (and summary()) says what it did;
+    disable() (or leaving a `with` block) uninstalls it. Compilations done before are unchanged."""
+    return PreAddPass().install()
