@@ -165,6 +165,27 @@ __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratc
 // not wait out a global load on each of its tile's rows.
 constexpr int kPreRows = 4;
 
+// use(i, rv) for items i = first, first + step, ... below end, rv the
+// residual's vector of item i (at element offset off(i) from p; zeros
+// without a residual), loaded U items ahead.
+template <int U, typename T, Cache C, typename Off, typename Use>
+__device__ __forceinline__ void withResiduals(int64_t first, int64_t end, int64_t step, const PreAdd& p, Off off,
+                                              Use use) {
+    constexpr int VEC = kVec16<T>;
+#pragma unroll 1
+    for (int64_t i0 = first; i0 < end; i0 += U * step) {
+        Raw<T, VEC> rv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (i0 + u * step < end) rv[u] = loadResidual<T, VEC, C>(p, off(i0 + u * step));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (i0 + u * step < end) use(i0 + u * step, rv[u]);
+        }
+    }
+}
+
 // Writes fp32 s over the tile's vector i (fp32 pre-adds; the thread's own
 // vector, which only it reads again).
 __device__ __forceinline__ void storeTileVec(unsigned char* tile, int64_t i, const float (&s)[4]) {
@@ -462,19 +483,10 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
                     for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass)
                         accumulateTileRow(r, loadResidual<T, VEC>(preI, (tile0 + r) * a.c));
                 });
-            // The rest of the tile, the residual's vectors kPreStreamUnroll rows ahead.
-            for (; r < kept; r += kPreStreamUnroll * rowsPerPass) {
-                Raw<T, VEC> rv[kPreStreamUnroll];
-#pragma unroll
-                for (int u = 0; u < kPreStreamUnroll; ++u) {
-                    const int64_t ru = r + u * rowsPerPass;
-                    if (ru < kept) rv[u] = loadResidual<T, VEC>(preI, (tile0 + ru) * a.c);
-                }
-#pragma unroll
-                for (int u = 0; u < kPreStreamUnroll; ++u) {
-                    if (r + u * rowsPerPass < kept) accumulateTileRow(r + u * rowsPerPass, rv[u]);
-                }
-            }
+            // The rest of the tile.
+            withResiduals<kPreStreamUnroll, T, Cache::kDefault>(
+                r, kept, rowsPerPass, preI, [&](int64_t ru) { return (tile0 + ru) * a.c; },
+                [&](int64_t ru, const Raw<T, VEC>& rv) { accumulateTileRow(ru, rv); });
         } else {
             int64_t r = row;  // the next tile row
             const int64_t n = perBatch<kNhwcSumUnroll>(rowsHead, rowsKept);
@@ -685,32 +697,17 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
                     },
                     betweenPre);
             }
-            // The rest of the tile; 16 bits with the residual's vectors
-            // kPreStreamUnroll rows ahead.
-            for (; r < kept; r += kPreStreamUnroll * rowsPerPass) {
-                if constexpr (sizeof(T) == 4) {
-#pragma unroll
-                    for (int u = 0; u < kPreStreamUnroll; ++u) {
-                        const int64_t ru = r + u * rowsPerPass;
-                        if (ru < kept) emit(tv[ru * V + col], tile0 + ru);
-                    }
-                } else {
-                    Raw<T, VEC> rv[kPreStreamUnroll];
-#pragma unroll
-                    for (int u = 0; u < kPreStreamUnroll; ++u) {
-                        if (r + u * rowsPerPass < kept)
-                            rv[u] = loadResidual<T, VEC, Cache::kStreaming>(preI, (tile0 + r + u * rowsPerPass) * a.c);
-                    }
-#pragma unroll
-                    for (int u = 0; u < kPreStreamUnroll; ++u) {
-                        const int64_t ru = r + u * rowsPerPass;
-                        if (ru < kept) {
-                            Raw<T, VEC> v;
-                            v.s = tv[ru * V + col];
-                            emitPre(v, rv[u], tile0 + ru);
-                        }
-                    }
-                }
+            // The rest of the tile.
+            if constexpr (sizeof(T) == 4) {
+                for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
+            } else {
+                withResiduals<kPreStreamUnroll, T, Cache::kStreaming>(
+                    r, kept, rowsPerPass, preI, [&](int64_t ru) { return (tile0 + ru) * a.c; },
+                    [&](int64_t ru, const Raw<T, VEC>& rv) {
+                        Raw<T, VEC> v;
+                        v.s = tv[ru * V + col];
+                        emitPre(v, rv, tile0 + ru);
+                    });
             }
         } else if constexpr (kAhead) {
             streamItemsAhead<kApplyUnroll>(items, load, use, between);
@@ -853,33 +850,22 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridA
             // loaded kPreRows rows ahead; to sum_out, and in fp32 back into the
             // tile (the thread's own vector: the apply reads s there; a 16-bit
             // tile would round it, so 16 bits form s again in the apply).
-#pragma unroll 1
-            for (int64_t r0 = row; r0 < pixels; r0 += kPreRows * rowsPerPass) {
-                Raw<T, VEC> rv[kPreRows];
+            withResiduals<kPreRows, T, Cache::kDefault>(
+                row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
+                [&](int64_t r, const Raw<T, VEC>& rv) {
+                    wait.until(r);
+                    Raw<T, VEC> v;
+                    v.s = tv[r * V + col];
+                    float sv[VEC];
+                    formSum<T, VEC>(preT, r * a.cs, true, v, rv, pb, sv);
+                    if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
 #pragma unroll
-                for (int u = 0; u < kPreRows; ++u) {
-                    const int64_t r = r0 + u * rowsPerPass;
-                    if (r < pixels) rv[u] = loadResidual<T, VEC>(preT, r * a.cs);
-                }
-#pragma unroll
-                for (int u = 0; u < kPreRows; ++u) {
-                    const int64_t r = r0 + u * rowsPerPass;
-                    if (r < pixels) {
-                        wait.until(r);
-                        Raw<T, VEC> v;
-                        v.s = tv[r * V + col];
-                        float sv[VEC];
-                        formSum<T, VEC>(preT, r * a.cs, true, v, rv[u], pb, sv);
-                        if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) {
-                            const float d = sv[j] - k[j];
-                            s1[j] += d;
-                            s2[j] = fmaf(d, d, s2[j]);
-                        }
+                    for (int j = 0; j < VEC; ++j) {
+                        const float d = sv[j] - k[j];
+                        s1[j] += d;
+                        s2[j] = fmaf(d, d, s2[j]);
                     }
-                }
-            }
+                });
         } else {
 #pragma unroll 1
             for (int64_t r = row; r < pixels; r += rowsPerPass) {
@@ -1054,29 +1040,18 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridA
         if constexpr (kPre && sizeof(T) == 2) {
             // s again from the tile's x, the residual (read a second time,
             // kPreRows rows ahead, evict-first) and the biases.
-#pragma unroll 1
-            for (int64_t r0 = row; r0 < pixels; r0 += kPreRows * rowsPerPass) {
-                Raw<T, VEC> rv[kPreRows];
+            withResiduals<kPreRows, T, Cache::kStreaming>(
+                row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
+                [&](int64_t r, const Raw<T, VEC>& rv) {
+                    Raw<T, VEC> v;
+                    v.s = tv[r * V + col];
+                    float sv[VEC], o[VEC];
+                    preSumVec<T, VEC>(v, rv, pb, sv);
 #pragma unroll
-                for (int u = 0; u < kPreRows; ++u) {
-                    const int64_t r = r0 + u * rowsPerPass;
-                    if (r < pixels) rv[u] = loadResidual<T, VEC, Cache::kStreaming>(preT, r * a.cs);
-                }
-#pragma unroll
-                for (int u = 0; u < kPreRows; ++u) {
-                    const int64_t r = r0 + u * rowsPerPass;
-                    if (r < pixels) {
-                        Raw<T, VEC> v;
-                        v.s = tv[r * V + col];
-                        float sv[VEC], o[VEC];
-                        preSumVec<T, VEC>(v, rv[u], pb, sv);
-#pragma unroll
-                        for (int j = 0; j < VEC; ++j) o[j] = fmaf(sv[j] - mean[j], scale[j], shift[j]);
-                        activateVec(o, a.act);
-                        storeVec<T, VEC>(y + r * a.cs, o);
-                    }
-                }
-            }
+                    for (int j = 0; j < VEC; ++j) o[j] = fmaf(sv[j] - mean[j], scale[j], shift[j]);
+                    activateVec(o, a.act);
+                    storeVec<T, VEC>(y + r * a.cs, o);
+                });
         } else {  // plain, and fp32 pre-adds, whose tile holds s
 #pragma unroll 1
             for (int64_t r = row; r < pixels; r += rowsPerPass) {
@@ -1236,26 +1211,16 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
     if constexpr (kPre) {
         // The residual's vectors kPreRows ahead; fp32 writes s over the tile's
         // x (its own vector), from where the apply reads it.
-#pragma unroll 1
-        for (int64_t i0 = t; i0 < kept; i0 += kPreRows * NT) {
-            Raw<T, VEC> rv[kPreRows];
-#pragma unroll
-            for (int u = 0; u < kPreRows; ++u) {
-                if (i0 + u * NT < kept) rv[u] = loadResidual<T, VEC>(preE, (head + i0 + u * NT) * VEC);
-            }
-#pragma unroll
-            for (int u = 0; u < kPreRows; ++u) {
-                const int64_t i = i0 + u * NT;
-                if (i < kept) {
-                    wait.until(i);
-                    Raw<T, VEC> v;
-                    v.s = tv[i];
-                    float sv[VEC];
-                    accumulatePre(v, rv[u], head + i, sv);
-                    if constexpr (sizeof(T) == 4) storeTileVec(tile, i, sv);
-                }
-            }
-        }
+        withResiduals<kPreRows, T, Cache::kDefault>(
+            t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
+            [&](int64_t i, const Raw<T, VEC>& rv) {
+                wait.until(i);
+                Raw<T, VEC> v;
+                v.s = tv[i];
+                float sv[VEC];
+                accumulatePre(v, rv, head + i, sv);
+                if constexpr (sizeof(T) == 4) storeTileVec(tile, i, sv);
+            });
     } else {
         for (int64_t i = t; i < kept; i += NT) {
             wait.until(i);
@@ -1392,28 +1357,18 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
     if constexpr (kPre && sizeof(T) == 2) {
         // The tile's s again: x there, the residual read a second time
         // (kPreRows ahead, evict-first).
-        for (int64_t i0 = t; i0 < kept; i0 += kPreRows * NT) {
-            Raw<T, VEC> rv[kPreRows];
-#pragma unroll
-            for (int u = 0; u < kPreRows; ++u) {
-                if (i0 + u * NT < kept)
-                    rv[u] = loadResidual<T, VEC, Cache::kStreaming>(preE, (head + i0 + u * NT) * VEC);
-            }
-#pragma unroll
-            for (int u = 0; u < kPreRows; ++u) {
-                const int64_t i = i0 + u * NT;
-                if (i < kept) {
-                    const int64_t ch = channelOf(head + i);
-                    if (ch != cached) {
-                        cached = ch;
-                        ss = scaleShift(ch);
-                    }
-                    Raw<T, VEC> v;
-                    v.s = tv[i];
-                    emitPre(v, rv[u], head + i, ss);
+        withResiduals<kPreRows, T, Cache::kStreaming>(
+            t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
+            [&](int64_t i, const Raw<T, VEC>& rv) {
+                const int64_t ch = channelOf(head + i);
+                if (ch != cached) {
+                    cached = ch;
+                    ss = scaleShift(ch);
                 }
-            }
-        }
+                Raw<T, VEC> v;
+                v.s = tv[i];
+                emitPre(v, rv, head + i, ss);
+            });
     } else {  // plain, and fp32 pre-adds, whose tile holds s
         for (int64_t i = t; i < kept; i += NT) emitTile(i);
     }
