@@ -317,8 +317,9 @@ def group_norm(params: Params, workspace: int | None, workspace_bytes: int, stre
 
 # Values of trtgn_describe_plan()'s "path" key.
 PATHS = ("clusters", "on-chip-grid", "streaming-grid", "two-pass")
-# The paths that run a pre-add (pre_bias, residual): the planner sends pre-add calls only there.
-PRE_ADD_PATHS = ("clusters", "two-pass")
+# The paths that run a pre-add (pre_bias, residual): all of them (a pre-add takes the plain call's
+# path, but where a cluster would need more registers than a thread has).
+PRE_ADD_PATHS = PATHS
 _PLAN_INTS = ("vec", "blocks", "threads", "cluster", "split", "vpt", "slices", "chunk", "workspace")
 
 

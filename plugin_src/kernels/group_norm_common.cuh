@@ -232,6 +232,27 @@ __device__ __forceinline__ void preSumVec(const Raw<T, VEC>& d, const Raw<T, VEC
     for (int e = 0; e < VEC; ++e) s[e] = preSum(d.get(e), b[e], rv.get(e));
 }
 
+// s of x's vector d at element offset off (of x, the residual and sum_out, as
+// p has them), the residual's vector r and the biases b of its elements; to
+// sum_out where `write`.
+template <typename T, int VEC>
+__device__ __forceinline__ void formSum(const PreAdd& p, int64_t off, bool write, const Raw<T, VEC>& d,
+                                        const Raw<T, VEC>& r, const float (&b)[VEC], float (&s)[VEC]) {
+    preSumVec<T, VEC>(d, r, b, s);
+    if (write && p.sum != nullptr) storeVec<T, VEC, Cache::kDefault, true>(static_cast<T*>(p.sum) + off, s);
+}
+
+// A group's shift k: its first element of x, or of s (kPre) with the bias of
+// channel c of image n; off from x (and p's residual).
+template <bool kPre, typename T>
+__device__ __forceinline__ float groupFirst(const T* x, const PreAdd& p, int64_t off, int64_t n, int64_t c) {
+    if constexpr (kPre) {
+        return preSumAt<T>(x, p, off, preBiasAt<T>(p, n, c));
+    } else {
+        return toFloat<T>(x[off]);
+    }
+}
+
 // Element e of x's vector d (plain kernels) or of s (kPre): plain kernels
 // compile exactly as without a pre-add.
 template <bool kPre, typename T, int VEC>

@@ -160,6 +160,59 @@ __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratc
     return total;
 }
 
+// The pre-add (kPre) on the grid: the residual's vectors are loaded this
+// many rows (NHWC) or vectors (NCHW tile) ahead of their use, so a thread does
+// not wait out a global load on each of its tile's rows.
+constexpr int kPreRows = 4;
+
+// use(i, rv) for items i = first, first + step, ... below end, rv the
+// residual's vector of item i (at element offset off(i) from p; zeros
+// without a residual), loaded U items ahead.
+template <int U, typename T, Cache C, typename Off, typename Use>
+__device__ __forceinline__ void withResiduals(int64_t first, int64_t end, int64_t step, const PreAdd& p, Off off,
+                                              Use use) {
+    constexpr int VEC = kVec16<T>;
+#pragma unroll 1
+    for (int64_t i0 = first; i0 < end; i0 += U * step) {
+        Raw<T, VEC> rv[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (i0 + u * step < end) rv[u] = loadResidual<T, VEC, C>(p, off(i0 + u * step));
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (i0 + u * step < end) use(i0 + u * step, rv[u]);
+        }
+    }
+}
+
+// Writes fp32 s over the tile's vector i (fp32 pre-adds; the thread's own
+// vector, which only it reads again).
+__device__ __forceinline__ void storeTileVec(unsigned char* tile, int64_t i, const float (&s)[4]) {
+    reinterpret_cast<uint4*>(tile)[i] =
+        make_uint4(__float_as_uint(s[0]), __float_as_uint(s[1]), __float_as_uint(s[2]), __float_as_uint(s[3]));
+}
+
+// A pre-add's pair of loaded vectors: x's and the residual's.
+template <typename T>
+struct XR {
+    Raw<T, kVec16<T>> x, r;
+};
+// Vector i of x (xv) and of the residual (p, moved to the same origin).
+template <typename T>
+__device__ __forceinline__ XR<T> preLoad(const uint4* xv, const PreAdd& p, int64_t i, Cache c) {
+    constexpr int VEC = kVec16<T>;
+    XR<T> d;
+    if (c == Cache::kStreaming) {
+        d.x.s = __ldcs(&xv[i]);
+        d.r = loadResidual<T, VEC, Cache::kStreaming>(p, i * VEC);
+    } else {
+        d.x.s = xv[i];
+        d.r = loadResidual<T, VEC>(p, i * VEC);
+    }
+    return d;
+}
+
 #endif  // Hopper
 
 // ---------------------------------------------------------------- NHWC ----
@@ -209,6 +262,10 @@ __device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
 // and 8 (NHWC first read, 512 threads; NCHW both reads, 1024 threads).
 [[maybe_unused]] constexpr int kNhwcSumUnroll = 5;
 [[maybe_unused]] constexpr int kNchwStreamUnroll = 2;
+// A pre-add's streaming NHWC head (both reads): x's and the residual's
+// vectors take twice the registers of x's, beside a thread's per-channel
+// state; more in flight spilled.
+[[maybe_unused]] constexpr int kPreStreamUnroll = 2;
 
 // use(load(q), q) for q = 0 .. items-1, U loads in flight; while each batch
 // is in flight, between() does other work (the shared-memory tile).
@@ -216,9 +273,10 @@ __device__ __forceinline__ void sumOverGroupLanes(F& u1, F& u2, int tpg) {
 // the registers, measured no faster for the sums; see streamItemsAhead.)
 template <int U, typename Load, typename Use, typename Between>
 __device__ __forceinline__ void streamItems(int64_t items, Load load, Use use, Between between) {
+    using Item = decltype(load(int64_t(0)));  // uint4, or a pre-add's pair of them (XR)
     int64_t q = 0;
     for (; q + U <= items; q += U) {
-        uint4 d[U];
+        Item d[U];
 #pragma unroll
         for (int u = 0; u < U; ++u) d[u] = load(q + u);
         between();
@@ -264,8 +322,10 @@ template <int U>
 
 // kAhead: the second read loads a batch ahead (streamItemsAhead), chosen at
 // launch where most of the image is head.
-template <typename T, bool kAhead>
-__global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
+// kPre: see "The pre-add" below (without kAhead: see the planner).
+template <typename T, bool kAhead, bool kPre = false>
+__global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridArgs> a) {
+    static_assert(!(kAhead && kPre), "a pre-add streams without kAhead");
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -309,10 +369,30 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
     int grp[VEC];
     uint32_t kBits[VEC], gBits[VEC], bBits[VEC];
     float s1[VEC], s2[VEC];
+    // The pre-add (kPre). The head's rows are read twice, as x's are: once
+    // for the sums, where s is formed and written to sum_out, and again,
+    // after the barrier, for the apply. There s is formed again from x and
+    // the residual, both read again (mostly from L2, in reverse): a 16-bit
+    // sum_out is s rounded to 16 bits, and y must be of the s the sums saw
+    // (half an ulp of |s| is 2^-9 |mean| / std of the output where |mean| >>
+    // std). In fp32 with sum_out, sum_out is that s exactly: the head's s is
+    // read back from there, one read where x and the residual are two. The
+    // tile's rows: fp32 s is written over the tile's x (the thread's own
+    // vector) and read there; 16 bits form it again from the tile's x and
+    // the residual, read a second time. k is the group's first s, kt the
+    // thread's first.
+    [[maybe_unused]] PreAdd preI{};  // from the thread's vector of the image's pixel 0
+    [[maybe_unused]] float pb[VEC], kPreK[VEC];
+    if constexpr (kPre) preI = preAt<T>(a.pre, imageBase + c0);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {
         grp[j] = (c0 + j) / a.cpg;
-        kBits[j] = loadBits(x + imageBase + int64_t(grp[j]) * a.cpg);
+        if constexpr (kPre) {
+            kPreK[j] = groupFirst<true, T>(x, a.pre, imageBase + int64_t(grp[j]) * a.cpg, n, int64_t(grp[j]) * a.cpg);
+            pb[j] = preBiasAt<T>(preI, n, c0 + j);
+        } else {
+            kBits[j] = loadBits(x + imageBase + int64_t(grp[j]) * a.cpg);
+        }
         s1[j] = 0.f;
         s2[j] = 0.f;
     }
@@ -328,6 +408,14 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
     const uint4* xv = reinterpret_cast<const uint4*>(x + imageBase + c0);
     const int64_t headFirst = (int64_t(jb) * rowsPerPass + row) * V, headStep = int64_t(a.blocksPer) * rowsPerPass * V;
     if (rowsHead > 0) firstRaw = xv[headFirst];
+    [[maybe_unused]] Raw<T, VEC> firstRes{};  // kPre: the residual's vector of that pixel
+    if constexpr (kPre) {
+        if (rowsHead > 0) {
+            firstRes = loadResidual<T, VEC>(preI, headFirst * VEC);
+        } else if (active && rowsKept > 0) {
+            firstRes = loadResidual<T, VEC>(preI, (tile0 + row) * a.c);
+        }
+    }
     __syncthreads();  // the mbarriers are initialised
     const uint4* tv = reinterpret_cast<const uint4*>(tile);
     PieceWaiter wait{bars, a.pieceLen};
@@ -341,8 +429,13 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
         f.s = firstRaw;
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-            k[j] = bitsToFloat<T>(kBits[j]);
-            kt[j] = f.get(j);
+            if constexpr (kPre) {
+                k[j] = kPreK[j];
+                kt[j] = preSum(f.get(j), pb[j], firstRes.get(j));
+            } else {
+                k[j] = bitsToFloat<T>(kBits[j]);
+                kt[j] = f.get(j);
+            }
         }
     }
     auto accumulate = [&](const uint4& raw) {
@@ -355,20 +448,60 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
             s2[j] = fmaf(d, d, s2[j]);
         }
     };
+    // kPre: s of x's d and the residual's rv at element offset off (from
+    // preI), to sum_out, then summed as x would be; returned in sv.
+    [[maybe_unused]] auto accumulatePre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& rv, int64_t off,
+                                              float (&sv)[VEC]) {
+        formSum<T, VEC>(preI, off, true, d, rv, pb, sv);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float dj = sv[j] - kt[j];
+            s1[j] += dj;
+            s2[j] = fmaf(dj, dj, s2[j]);
+        }
+    };
+    // kPre: tile row r (fp32: s written over it).
+    [[maybe_unused]] auto accumulateTileRow = [&](int64_t r, const Raw<T, VEC>& rv) {
+        wait.until(r);
+        Raw<T, VEC> v;
+        v.s = tv[r * V + col];
+        float sv[VEC];
+        accumulatePre(v, rv, (tile0 + r) * a.c, sv);
+        if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
+    };
     if (active) {
-        int64_t r = row;  // the next tile row
-        const int64_t n = perBatch<kNhwcSumUnroll>(rowsHead, rowsKept);
-        streamItems<kNhwcSumUnroll>(rowsHead, [&](int64_t q) { return xv[headFirst + q * headStep]; },
-                    [&](const uint4& d, int64_t) { accumulate(d); },
-                    [&] {
-                        for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) {
-                            wait.until(r);
-                            accumulate(tv[r * V + col]);
-                        }
-                    });
-        for (; r < kept; r += rowsPerPass) {
-            wait.until(r);
-            accumulate(tv[r * V + col]);
+        if constexpr (kPre) {
+            int64_t r = row;  // the next tile row
+            const int64_t n = perBatch<kPreStreamUnroll>(rowsHead, rowsKept);
+            streamItems<kPreStreamUnroll>(
+                rowsHead, [&](int64_t q) { return preLoad<T>(xv, preI, headFirst + q * headStep, Cache::kDefault); },
+                [&](const XR<T>& d, int64_t q) {
+                    float sv[VEC];
+                    accumulatePre(d.x, d.r, (headFirst + q * headStep) * VEC, sv);
+                },
+                [&] {
+                    for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass)
+                        accumulateTileRow(r, loadResidual<T, VEC>(preI, (tile0 + r) * a.c));
+                });
+            // The rest of the tile.
+            withResiduals<kPreStreamUnroll, T, Cache::kDefault>(
+                r, kept, rowsPerPass, preI, [&](int64_t ru) { return (tile0 + ru) * a.c; },
+                [&](int64_t ru, const Raw<T, VEC>& rv) { accumulateTileRow(ru, rv); });
+        } else {
+            int64_t r = row;  // the next tile row
+            const int64_t n = perBatch<kNhwcSumUnroll>(rowsHead, rowsKept);
+            streamItems<kNhwcSumUnroll>(rowsHead, [&](int64_t q) { return xv[headFirst + q * headStep]; },
+                        [&](const uint4& d, int64_t) { accumulate(d); },
+                        [&] {
+                            for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) {
+                                wait.until(r);
+                                accumulate(tv[r * V + col]);
+                            }
+                        });
+            for (; r < kept; r += rowsPerPass) {
+                wait.until(r);
+                accumulate(tv[r * V + col]);
+            }
         }
         // Per channel: the mean relative to the group's k and M2 (small
         // numbers, which fp32 holds).
@@ -516,12 +649,74 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
         auto between = [&] {
             for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
         };
-        if constexpr (kAhead) {
+        // kPre: y of x's d and the residual's rv at pixel p (s formed again).
+        [[maybe_unused]] auto emitPre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& rv, int64_t p) {
+            float sv[VEC];
+            preSumVec<T, VEC>(d, rv, pb, sv);
+            float o[VEC];
+            if constexpr (kIsBf16<T>) {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) o[j] = activate(fmaf(sv[j] - mean[j], scale[j], shift[j]), a.act);
+            } else {
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) o[j] = fmaf(sv[j] - mean[j], scale[j], shift[j]);
+                activateVec(o, a.act);
+            }
+            storeVec<T, VEC, Cache::kStreaming>(y + p * a.c, o);
+        };
+        // kPre: tile row r, 16 bits (fp32 tiles hold s: emit).
+        [[maybe_unused]] auto emitTilePre = [&](int64_t r) {
+            Raw<T, VEC> v;
+            v.s = tv[r * V + col];
+            emitPre(v, loadResidual<T, VEC, Cache::kStreaming>(preI, (tile0 + r) * a.c), tile0 + r);
+        };
+        if constexpr (kPre) {
+            const int64_t nPre = perBatch<kPreStreamUnroll>(items, rowsKept);
+            auto betweenPre = [&] {
+                for (int64_t e = 0; e < nPre && r < kept; ++e, r += rowsPerPass) {
+                    if constexpr (sizeof(T) == 4) {
+                        emit(tv[r * V + col], tile0 + r);
+                    } else {
+                        emitTilePre(r);
+                    }
+                }
+            };
+            const T* sums = static_cast<const T*>(preI.sum);
+            if (sizeof(T) == 4 && sums != nullptr) {
+                const uint4* sv = reinterpret_cast<const uint4*>(sums);  // the thread's vector of pixel 0
+                streamItems<kPreStreamUnroll>(
+                    items, [&](int64_t q) { return __ldcs(&sv[headFirst + (last - q) * headStep]); }, use, betweenPre);
+            } else {
+                streamItems<kPreStreamUnroll>(
+                    items,
+                    [&](int64_t q) {
+                        return preLoad<T>(xv, preI, headFirst + (last - q) * headStep, Cache::kStreaming);
+                    },
+                    [&](const XR<T>& d, int64_t q) {
+                        emitPre(d.x, d.r, int64_t(jb) * rowsPerPass + row + (last - q) * slabPixels);
+                    },
+                    betweenPre);
+            }
+            // The rest of the tile.
+            if constexpr (sizeof(T) == 4) {
+                for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
+            } else {
+                withResiduals<kPreStreamUnroll, T, Cache::kStreaming>(
+                    r, kept, rowsPerPass, preI, [&](int64_t ru) { return (tile0 + ru) * a.c; },
+                    [&](int64_t ru, const Raw<T, VEC>& rv) {
+                        Raw<T, VEC> v;
+                        v.s = tv[ru * V + col];
+                        emitPre(v, rv, tile0 + ru);
+                    });
+            }
+        } else if constexpr (kAhead) {
             streamItemsAhead<kApplyUnroll>(items, load, use, between);
         } else {
             streamItems<kApplyUnroll>(items, load, use, between);
         }
-        for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
+        if constexpr (!kPre) {
+            for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
+        }
     }
 #endif
 }
@@ -546,8 +741,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(GridArgs a) {
 // the two groups' before the block's group sums, which then read a (lo, hi)
 // pair of each thread of a group's columns instead of each (row, channel):
 // several times fewer items a group.
-template <typename T, bool kTwoGroups>
-__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPlan q,
+template <typename T, bool kTwoGroups, bool kPre = false>
+__global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridArgs> a, OnChipPlan q,
                                                              const __grid_constant__ CUtensorMap slicesMap) {
 #if __CUDA_ARCH__ >= 900
     constexpr int VEC = kVec16<T>;
@@ -587,8 +782,18 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPl
     // calls stay correct. Loaded by warp 1 (group g by thread g ^ 32): loads
     // that warp 0 issues after thread 0 has issued the bulk copy come back
     // behind the copy, and the sums wait for k.
+    // kPre: the pre-add's tensors from the slice's first element; k is the
+    // group's first s.
+    [[maybe_unused]] PreAdd preX{};
+    if constexpr (kPre) preX = preAt<T>(a.pre, int64_t(n) * a.hw * a.cs + sl * a.c);
 #pragma unroll 1
-    for (int g = t ^ 32; g < a.groups; g += kThreads) gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
+    for (int g = t ^ 32; g < a.groups; g += kThreads) {
+        if constexpr (kPre) {
+            gstat[g].x = groupFirst<true, T>(x, preX, int64_t(g) * a.cpg, n, sl * a.c + int64_t(g) * a.cpg);
+        } else {
+            gstat[g].x = toFloat<T>(x[int64_t(g) * a.cpg]);
+        }
+    }
     uint32_t gBits[VEC], bBits[VEC];  // inactive threads too: c0 < C, and the loads need no branch
     // bf16 with gamma/beta of its own dtype on 16-byte boundaries: one 16-byte
     // load each, kept packed until after the grid barrier. Loaded an element
@@ -606,6 +811,14 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPl
     } else {
         loadAffineRow<T>(a.gamma, sl * a.c + c0, a.affineFp32, gBits);
         loadAffineRow<T>(a.beta, sl * a.c + c0, a.affineFp32, bBits);
+    }
+    // kPre: the thread's vector's pre-add (its rows r * cs on) and biases.
+    [[maybe_unused]] PreAdd preT{};
+    [[maybe_unused]] float pb[kPre ? VEC : 1];
+    if constexpr (kPre) {
+        preT = preAt<T>(preX, pix0 * a.cs + c0);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) pb[j] = preBiasAt<T>(preT, n, sl * a.c + c0 + j);
     }
     __syncthreads();  // the mbarriers are initialised, k is in place
 
@@ -632,16 +845,39 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPl
         }
         const uint4* tv = reinterpret_cast<const uint4*>(tile);
         PieceWaiter wait{bars, a.pieceLen};
-#pragma unroll 1
-        for (int64_t r = row; r < pixels; r += rowsPerPass) {
-            wait.until(r);
-            Raw<T, VEC> v;
-            v.s = tv[r * V + col];
+        if constexpr (kPre) {
+            // s of each row once its piece has landed, the residual's vectors
+            // loaded kPreRows rows ahead; to sum_out, and in fp32 back into the
+            // tile (the thread's own vector: the apply reads s there; a 16-bit
+            // tile would round it, so 16 bits form s again in the apply).
+            withResiduals<kPreRows, T, Cache::kDefault>(
+                row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
+                [&](int64_t r, const Raw<T, VEC>& rv) {
+                    wait.until(r);
+                    Raw<T, VEC> v;
+                    v.s = tv[r * V + col];
+                    float sv[VEC];
+                    formSum<T, VEC>(preT, r * a.cs, true, v, rv, pb, sv);
+                    if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const float d = v.get(j) - k[j];
-                s1[j] += d;
-                s2[j] = fmaf(d, d, s2[j]);
+                    for (int j = 0; j < VEC; ++j) {
+                        const float d = sv[j] - k[j];
+                        s1[j] += d;
+                        s2[j] = fmaf(d, d, s2[j]);
+                    }
+                });
+        } else {
+#pragma unroll 1
+            for (int64_t r = row; r < pixels; r += rowsPerPass) {
+                wait.until(r);
+                Raw<T, VEC> v;
+                v.s = tv[r * V + col];
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {
+                    const float d = v.get(j) - k[j];
+                    s1[j] += d;
+                    s2[j] = fmaf(d, d, s2[j]);
+                }
             }
         }
         if constexpr (kTwoGroups) {
@@ -801,15 +1037,32 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPl
         }
         const uint4* tv = reinterpret_cast<const uint4*>(tile);
         T* y = static_cast<T*>(a.y) + (int64_t(n) * a.hw + pix0) * a.cs + sl * a.c + c0;
-#pragma unroll 1
-        for (int64_t r = row; r < pixels; r += rowsPerPass) {
-            Raw<T, VEC> v;
-            v.s = tv[r * V + col];
-            float o[VEC];
+        if constexpr (kPre && sizeof(T) == 2) {
+            // s again from the tile's x, the residual (read a second time,
+            // kPreRows rows ahead, evict-first) and the biases.
+            withResiduals<kPreRows, T, Cache::kStreaming>(
+                row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
+                [&](int64_t r, const Raw<T, VEC>& rv) {
+                    Raw<T, VEC> v;
+                    v.s = tv[r * V + col];
+                    float sv[VEC], o[VEC];
+                    preSumVec<T, VEC>(v, rv, pb, sv);
 #pragma unroll
-            for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
-            activateVec(o, a.act);
-            storeVec<T, VEC>(y + r * a.cs, o);
+                    for (int j = 0; j < VEC; ++j) o[j] = fmaf(sv[j] - mean[j], scale[j], shift[j]);
+                    activateVec(o, a.act);
+                    storeVec<T, VEC>(y + r * a.cs, o);
+                });
+        } else {  // plain, and fp32 pre-adds, whose tile holds s
+#pragma unroll 1
+            for (int64_t r = row; r < pixels; r += rowsPerPass) {
+                Raw<T, VEC> v;
+                v.s = tv[r * V + col];
+                float o[VEC];
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
+                activateVec(o, a.act);
+                storeVec<T, VEC>(y + r * a.cs, o);
+            }
         }
     }
 #endif
@@ -822,8 +1075,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(GridArgs a, OnChipPl
 static_assert(nchwThreads(true) / 32 * 16 <= 32 * 16, "the warp scratch holds 32 warps' double2");
 static_assert(kNchwTable + 32 <= nchwThreads(false), "warps 1 and up load the gamma/beta table");
 
-template <typename T, bool kStream>
-__global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(GridArgs a) {
+template <typename T, bool kStream, bool kPre = false>
+__global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(ArgsWith<kPre, GridArgs> a) {
 #if __CUDA_ARCH__ >= 900
     constexpr int NT = nchwThreads(kStream);
     constexpr int VEC = kVec16<T>;
@@ -865,16 +1118,39 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Grid
         affine[entry] = make_float2(loadAffine<T>(a.gamma, ch0 + entry, a.affineFp32, 1.f),
                                     loadAffine<T>(a.beta, ch0 + entry, a.affineFp32, 0.f));
     __shared__ float kShared;
-    float k = kStream || t >= 32 ? toFloat<T>(xs[0]) : 0.f;
+    // kPre: the pre-add's tensors from the segment's first element (preS) and
+    // the chunk's (preE); the bias of a vector's channel, the channel of the
+    // segment's element e being g * cpg + e / hw.
+    [[maybe_unused]] PreAdd preS{}, preE{};
+    [[maybe_unused]] const int64_t nImg = seg / a.groups;
+    if constexpr (kPre) {
+        preS = preAt<T>(a.pre, int64_t(seg) * segLen);
+        preE = preAt<T>(preS, e0);
+    }
+    [[maybe_unused]] auto preBiasOf = [&](int64_t e) {
+        return preBiasAt<T>(preS, nImg, int64_t(g) * a.cpg + uint32_t(e) / uint32_t(a.hw));
+    };
+    float k;
+    if constexpr (kPre) {
+        k = kStream || t >= 32 ? groupFirst<true, T>(xs, preS, 0, nImg, int64_t(g) * a.cpg) : 0.f;
+    } else {
+        k = kStream || t >= 32 ? toFloat<T>(xs[0]) : 0.f;
+    }
     if (!kStream && t == 32) kShared = k;
     // Vectors this thread sums from the head and from the tile. Streaming, its
     // shift kt is the first value it sums (its sums run over up to ~8000
     // values at 2 GiB); else it is k (at most ~250 values).
     const int64_t vecsHead = kStream && t < head ? (head - 1 - t) / NT + 1 : 0;
     const int64_t vecsKept = t < kept ? (kept - 1 - t) / NT + 1 : 0;
-    float kt = !kStream                        ? k
-                     : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC])
-                                               : 0.f;
+    float kt;
+    if constexpr (kPre) {
+        const int64_t first = e0 + (vecsHead > 0 ? t : head + t) * VEC;
+        kt = !kStream ? k : vecsHead + vecsKept > 0 ? preSumAt<T>(xs, preS, first, preBiasOf(first)) : 0.f;
+    } else {
+        kt = !kStream                        ? k
+             : vecsHead + vecsKept > 0 ? toFloat<T>(xs[e0 + (vecsHead > 0 ? t : head + t) * VEC])
+                                       : 0.f;
+    }
     startLoads(tile, reinterpret_cast<const unsigned char*>(xs + e0 + head * VEC), kept, a.pieceLen / VEC, 16, bars,
                kStream);
     __syncthreads();  // the mbarriers are initialised, k is in shared memory
@@ -902,13 +1178,54 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Grid
         s1 += l1;
         s2 += l2;
     };
-    if constexpr (kStream) {
+    // kPre: s of the chunk's vector i from x's d and the residual's r, to
+    // sum_out, then summed as x would be.
+    [[maybe_unused]] auto accumulatePre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& r, int64_t i, float (&sv)[VEC]) {
+        float b[VEC];
+        const float bi = preBiasOf(e0 + i * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) b[j] = bi;
+        formSum<T, VEC>(preE, i * VEC, true, d, r, b, sv);
+        float l1 = 0.f, l2 = 0.f;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const float dj = sv[j] - kt;
+            l1 += dj;
+            l2 = fmaf(dj, dj, l2);
+        }
+        s1 += l1;
+        s2 += l2;
+    };
+    if constexpr (kStream && kPre) {
+        streamItems<kNchwStreamUnroll>(
+            vecsHead, [&](int64_t q) { return preLoad<T>(xv, preE, t + q * NT, Cache::kDefault); },
+            [&](const XR<T>& d, int64_t q) {
+                float sv[VEC];
+                accumulatePre(d.x, d.r, t + q * NT, sv);
+            },
+            [] {});
+    } else if constexpr (kStream) {
         streamItems<kNchwStreamUnroll>(vecsHead, [&](int64_t q) { return xv[t + q * NT]; },
                     [&](const uint4& d, int64_t) { accumulate(d); }, [] {});
     }
-    for (int64_t i = t; i < kept; i += NT) {
-        wait.until(i);
-        accumulate(tv[i]);
+    if constexpr (kPre) {
+        // The residual's vectors kPreRows ahead; fp32 writes s over the tile's
+        // x (its own vector), from where the apply reads it.
+        withResiduals<kPreRows, T, Cache::kDefault>(
+            t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
+            [&](int64_t i, const Raw<T, VEC>& rv) {
+                wait.until(i);
+                Raw<T, VEC> v;
+                v.s = tv[i];
+                float sv[VEC];
+                accumulatePre(v, rv, head + i, sv);
+                if constexpr (sizeof(T) == 4) storeTileVec(tile, i, sv);
+            });
+    } else {
+        for (int64_t i = t; i < kept; i += NT) {
+            wait.until(i);
+            accumulate(tv[i]);
+        }
     }
     // The block's partial. Streaming: (mean - k, M2), small numbers, which
     // fp32 holds; else (sum d, sum d^2).
@@ -978,6 +1295,21 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Grid
         }
         storeVec<T, VEC, kStore, true>(ys + i * VEC, o);  // whole 16-byte stores (storeVec)
     };
+    // kPre, 16 bits: s of x's vector d and the residual's r, as the sums saw
+    // it, to emit (as a vector of fp32 s, whose bits the fp32 emit reads).
+    [[maybe_unused]] auto emitPre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& r, int64_t i, float2 ss) {
+        const float b = preBiasOf(e0 + i * VEC);
+        float o[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) o[j] = fmaf(preSum(d.get(j), b, r.get(j)) - st.x, ss.x, ss.y);
+        if constexpr (kIsBf16<T>) {
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) o[j] = activate(o[j], a.act);
+        } else {
+            activateVec(o, a.act);
+        }
+        storeVec<T, VEC, kStore, true>(ys + i * VEC, o);
+    };
     int64_t cached = -1;  // consecutive vectors of a thread mostly share a channel
     float2 ss = make_float2(0.f, 0.f);
     auto emitTile = [&](int64_t i) {
@@ -1000,23 +1332,63 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Grid
         auto use = [&](const uint4& d, int64_t q) {  // q = 0, 1, ...
             emit(d, last - q * NT, scaleShift(int64_t(walk.prev()) - chBase));
         };
-        streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
+        if constexpr (kPre) {
+            // The head's s again: in fp32 with sum_out, read back from there
+            // (the s the sums saw, written by this thread: one read where x
+            // and the residual are two); else formed again from x and the
+            // residual (a 16-bit sum_out is s rounded, and y is of s).
+            const T* sums = static_cast<const T*>(preE.sum);
+            if (sizeof(T) == 4 && sums != nullptr) {
+                const uint4* sv = reinterpret_cast<const uint4*>(sums);
+                streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&sv[last - q * NT]); }, use,
+                                               [] {});
+            } else {
+                streamItems<kNchwStreamUnroll>(
+                    items, [&](int64_t q) { return preLoad<T>(xv, preE, last - q * NT, Cache::kStreaming); },
+                    [&](const XR<T>& d, int64_t q) {
+                        emitPre(d.x, d.r, last - q * NT, scaleShift(int64_t(walk.prev()) - chBase));
+                    },
+                    [] {});
+            }
+        } else {
+            streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
+        }
     }
-    for (int64_t i = t; i < kept; i += NT) emitTile(i);
+    if constexpr (kPre && sizeof(T) == 2) {
+        // The tile's s again: x there, the residual read a second time
+        // (kPreRows ahead, evict-first).
+        withResiduals<kPreRows, T, Cache::kStreaming>(
+            t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
+            [&](int64_t i, const Raw<T, VEC>& rv) {
+                const int64_t ch = channelOf(head + i);
+                if (ch != cached) {
+                    cached = ch;
+                    ss = scaleShift(ch);
+                }
+                Raw<T, VEC> v;
+                v.s = tv[i];
+                emitPre(v, rv, head + i, ss);
+            });
+    } else {  // plain, and fp32 pre-adds, whose tile holds s
+        for (int64_t i = t; i < kept; i += NT) emitTile(i);
+    }
 #endif
 }
 
 // ---------------------------------------------------------------- launch ----
 
-template <typename T>
+// kPre: the pre-add's kernels (the planner gives a pre-add no kStreamNHWCAhead).
+template <typename T, bool kPre>
 const void* gridKernelT(GridKernel k) {
     switch (k) {
-        case GridKernel::kOnChipNHWC: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, false>);
-        case GridKernel::kOnChipNHWCTwoGroups: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, true>);
-        case GridKernel::kOnChipNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, false>);
-        case GridKernel::kStreamNHWC: return reinterpret_cast<const void*>(&gnStreamNHWC<T, false>);
-        case GridKernel::kStreamNHWCAhead: return reinterpret_cast<const void*>(&gnStreamNHWC<T, true>);
-        case GridKernel::kStreamNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, true>);
+        case GridKernel::kOnChipNHWC: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, false, kPre>);
+        case GridKernel::kOnChipNHWCTwoGroups: return reinterpret_cast<const void*>(&gnOnChipNHWC<T, true, kPre>);
+        case GridKernel::kOnChipNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, false, kPre>);
+        case GridKernel::kStreamNHWC: return reinterpret_cast<const void*>(&gnStreamNHWC<T, false, kPre>);
+        case GridKernel::kStreamNHWCAhead:
+            if constexpr (kPre) return nullptr;
+            return reinterpret_cast<const void*>(&gnStreamNHWC<T, true>);
+        case GridKernel::kStreamNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, true, kPre>);
     }
     return nullptr;
 }
@@ -1056,19 +1428,23 @@ bool encodeSlicesMap(const Plan& plan, CUtensorMap* map) {
 
 }  // namespace
 
-const void* gridKernel(GridKernel k, trtgn_dtype_t dtype) {
-    return dispatchDtype(dtype, static_cast<const void*>(nullptr),
-                         [&](auto t) { return gridKernelT<typename decltype(t)::type>(k); });
+const void* gridKernel(GridKernel k, trtgn_dtype_t dtype, bool pre) {
+    return dispatchDtype(dtype, static_cast<const void*>(nullptr), [&](auto t) {
+        using T = typename decltype(t)::type;
+        return pre ? gridKernelT<T, true>(k) : gridKernelT<T, false>(k);
+    });
 }
 
 bool tensorMapsAvailable() { return tensorMapEncoder() != nullptr; }
 
 cudaError_t launchGrid(const Plan& plan, void* workspace, cudaStream_t stream) {
     const GridPlan& g = plan.grid;
-    const void* kernel = gridKernel(g.kernel, plan.problem.dtype);
+    const bool pre = plan.problem.preAdd();
+    const void* kernel = gridKernel(g.kernel, plan.problem.dtype, pre);
     if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;
     GridArgs a = g.args;
     a.partials = static_cast<float2*>(workspace);
+    ArgsWith<true, GridArgs> w = argsWith<true>(a, preAddOf(plan.problem));
     OnChipPlan onChip = g.onChip;
     CUtensorMap slicesMap{};
     // The planner asked tensorMapsAvailable(); an encoding that fails now is
@@ -1091,8 +1467,9 @@ cudaError_t launchGrid(const Plan& plan, void* workspace, cudaStream_t stream) {
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     const bool onChipNhwc = g.kernel == GridKernel::kOnChipNHWC || g.kernel == GridKernel::kOnChipNHWCTwoGroups;
-    void* onChipArgs[] = {&a, &onChip, &slicesMap};
-    void* otherArgs[] = {&a};
+    void* args0 = pre ? static_cast<void*>(&w) : static_cast<void*>(&a);
+    void* onChipArgs[] = {args0, &onChip, &slicesMap};
+    void* otherArgs[] = {args0};
     return cudaLaunchKernelExC(&cfg, kernel, onChipNhwc ? onChipArgs : otherArgs);
 }
 

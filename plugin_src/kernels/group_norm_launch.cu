@@ -12,10 +12,11 @@ __global__ void archProbe() {}
 
 class RuntimeQueries final : public KernelQueries {
 public:
-    explicit RuntimeQueries(trtgn_dtype_t dtype) : dtype_(dtype) {}
+    // pre: the problem has a pre-add (the grid's kPre kernels run it).
+    RuntimeQueries(trtgn_dtype_t dtype, bool pre) : dtype_(dtype), pre_(pre) {}
     cudaError_t staticSmem(GridKernel k, int* bytes) const override {
         cudaFuncAttributes fa{};
-        const cudaError_t e = cudaFuncGetAttributes(&fa, gridKernel(k, dtype_));
+        const cudaError_t e = cudaFuncGetAttributes(&fa, gridKernel(k, dtype_, pre_));
         if (e == cudaSuccess) *bytes = int(fa.sharedSizeBytes);
         return e;
     }
@@ -26,6 +27,7 @@ public:
 
 private:
     trtgn_dtype_t dtype_;
+    bool pre_;
 };
 
 }  // namespace
@@ -65,7 +67,7 @@ cudaError_t planOnCurrentDevice(const Problem& p, Plan* plan, bool explain) {
     Device dev;
     const cudaError_t e = currentDevice(&dev);
     if (e != cudaSuccess) return e;
-    *plan = planGroupNorm(p, dev, RuntimeQueries(p.dtype), explain);
+    *plan = planGroupNorm(p, dev, RuntimeQueries(p.dtype, p.preAdd()), explain);
     return plan->error;
 }
 

@@ -24,7 +24,8 @@ cudaError_t kernelsPtxArch(int* arch);
 cudaError_t launchClusters(const Plan& plan, cudaStream_t stream);
 
 // group_norm_grid.cu
-const void* gridKernel(GridKernel k, trtgn_dtype_t dtype);
+// pre: the pre-add's (kPre) kernel.
+const void* gridKernel(GridKernel k, trtgn_dtype_t dtype, bool pre);
 bool tensorMapsAvailable();
 cudaError_t launchGrid(const Plan& plan, void* workspace, cudaStream_t stream);
 

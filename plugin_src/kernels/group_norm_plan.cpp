@@ -464,7 +464,6 @@ int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t*
 bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
     const int eb = elementBytes(p.dtype), VEC = 16 / eb;
     if (!dev.hopperCode || dev.maxSmemOptin <= 0) return because(out, "grid: no Hopper code on this device");
-    if (p.preAdd()) return because(out, "grid: no pre-add (pre_bias, residual) on this path");
     const size_t workspace = workspaceBytes(p);
     GridArgs a = argsOf<GridArgs>(p);
     a.invCount = 1.0 / (double(p.hw) * double(p.cpg));
@@ -586,15 +585,20 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
     }
     // Streaming NHWC where at least half the image is head: its second read
     // keeps the next batch in flight while the current one is activated
-    // (faster there; with less head it was no faster or slower).
-    if (nhwc && streaming && 2 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= p.hw)
+    // (faster there; with less head it was no faster or slower). Not with a
+    // pre-add, whose pairs of vectors (x's and the residual's) leave no
+    // registers for a second batch.
+    if (nhwc && streaming && !p.preAdd() && 2 * (p.hw - int64_t(a.blocksPer) * a.tileCap) >= p.hw)
         kernel = GridKernel::kStreamNHWCAhead;
 
     Plan& q = *out;
+    const char* withPre = p.preAdd() ? ", with the pre-add" : "";
     if (streaming)
-        because(out, "grid: a block's chunk (%lld KB) over its shared memory: streams", (long long)(chunk * unitBytes >> 10));
+        because(out, "grid: a block's chunk (%lld KB) over its shared memory: streams%s",
+                (long long)(chunk * unitBytes >> 10), withPre);
     else
-        because(out, "grid: every block's chunk fits its shared memory%s", a.log2Slices > 0 ? ", in channel slices" : "");
+        because(out, "grid: every block's chunk fits its shared memory%s%s",
+                a.log2Slices > 0 ? ", in channel slices" : "", withPre);
     q.path = streaming ? Path::kStreamingGrid : Path::kOnChipGrid;
     q.kernel = !nhwc                                      ? "gnPersistentNCHW"
                : kernel == GridKernel::kStreamNHWCAhead ? "gnStreamNHWC<ahead>"
@@ -723,6 +727,7 @@ void planTwoPass(const Problem& p, bool vectors, const Device& dev, const Kernel
         return;
     }
     const bool nhwc = p.layout == TRTGN_LAYOUT_NHWC;
+    if (p.preAdd()) because(out, "two-pass: with the pre-add");
     q.path = Path::kTwoPass;
     q.kernel = nhwc ? "gnStatsNHWC+gnApplyNHWC" : "gnStatsNCHW+gnApplyNCHW";
     q.vec = VEC;

@@ -40,9 +40,8 @@ class HypothesisPick:
 
 
 # Each aim spreads its cases over one path's region of the input space (trt_gn.lab.fuzz.draw_case);
-# "any" draws from all of it, and a pre-add in half its cases (the pre-add runs on the paths of
-# _lib.PRE_ADD_PATHS only: the other aims keep their cases on their paths). The path is what the
-# library's plan says, whatever the aim.
+# "any" draws from all of it. Every aim draws a pre-add in half its cases (every path runs one).
+# The path is what the library's plan says, whatever the aim.
 @pytest.mark.parametrize("aim", fuzz.AIMS)
 @pytest.mark.parametrize("layout", fuzz.LAYOUTS)
 @pytest.mark.parametrize("dtype", fuzz.DTYPES)
@@ -50,8 +49,7 @@ class HypothesisPick:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_random_cases(dtype, layout, aim, data):
-    case = fuzz.draw_case(HypothesisPick(data), aim=aim, dtype=dtype, layout=layout, max_elements=1 << 25,
-                          pre_add=aim == "any")
+    case = fuzz.draw_case(HypothesisPick(data), aim=aim, dtype=dtype, layout=layout, max_elements=1 << 25)
     plan, message = fuzz.run_case(case)
     RAN[(plan["path"], dtype, layout)] += 1
     CELLS_RUN.add((dtype, layout))

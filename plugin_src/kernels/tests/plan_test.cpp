@@ -95,9 +95,6 @@ Problem withPreAdd(Problem p, uintptr_t misalign = 0) {
     return p;
 }
 
-// The paths that run a pre-add; the planner sends other pre-add calls on.
-bool takesPreAdd(Path path) { return path == Path::kClusters || path == Path::kTwoPass; }
-
 // The most vectors a thread of a pre-add's cluster plan with q's kernel (kernels of 4- and 8-byte
 // vectors hold up to 32 in plain plans, the others up to 16).
 int preMaxVpt(const Plan& q) {
@@ -219,7 +216,9 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
     const int vec = 16 / (p.dtype == TRTGN_DTYPE_FLOAT32 ? 4 : 2);
     const bool aligned = (reinterpret_cast<uintptr_t>(p.x) | reinterpret_cast<uintptr_t>(p.y) |
                           reinterpret_cast<uintptr_t>(p.residual) | reinterpret_cast<uintptr_t>(p.sumOut)) % 16 == 0;
-    CHECK(!p.preAdd() || takesPreAdd(q.path), "%s: a pre-add on a path without one", what);
+    // Every path runs a pre-add and says so.
+    CHECK(q.unsupported != nullptr || p.preAdd() == (std::strstr(q.why, "with the pre-add") != nullptr),
+          "%s: why %s", what, q.why);
     const bool vectors = p.layout == NHWC ? aligned && p.c % vec == 0 && p.cs % vec == 0 : aligned && p.hw % vec == 0;
     switch (q.path) {
         case Path::kClusters: {
@@ -232,7 +231,6 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
             // A pre-add's thread holds s in fp32: fewer vectors.
             CHECK(!p.preAdd() || q.clusters.vpt <= preMaxVpt(q), "%s: %d vectors a thread with a pre-add", what,
                   q.clusters.vpt);
-            CHECK(p.preAdd() == (std::strstr(q.why, "with the pre-add") != nullptr), "%s: why %s", what, q.why);
             break;
         }
         case Path::kOnChipGrid:
@@ -479,7 +477,8 @@ int main() {
               describe(s).c_str());
         CHECK(std::strstr(s.why, "grid: padded pixels (channel stride over C)") != nullptr, "padded: why %s", s.why);
     }
-    // A pre-add takes the paths that have one; the others say why not. Its workspace is the same.
+    // A pre-add takes the plain path, with the same launch but where it needs fewer registers. Its
+    // workspace is the same.
     for (const NamedDevice* d : {&kH100, &kL40S})
         for (const Expect& e : kHopperShapes) {
             const Sm90Queries queries;
@@ -487,15 +486,18 @@ int main() {
             const Plan plain = planGroupNorm(p, d->dev, queries, true);
             const Plan q = planGroupNorm(withPreAdd(p), d->dev, queries, true);
             const char* layout = e.layout == NHWC ? "NHWC" : "NCHW";
-            // The plain path, where it takes a pre-add; but a group that needs more vectors a
-            // thread than a pre-add's cluster holds (one block before Hopper) takes another path.
+            // The plain path and launch (a pre-add streams NHWC without a second batch in flight);
+            // but a group that needs more vectors a thread than a pre-add's cluster holds (one block
+            // before Hopper) takes another path.
             const bool over = plain.path == Path::kClusters && plain.clusters.vpt > preMaxVpt(plain);
-            CHECK(q.error == cudaSuccess && q.unsupported == nullptr && takesPreAdd(q.path) &&
-                      (!takesPreAdd(plain.path) || q.path == plain.path || over),
+            const bool ahead = plain.path == Path::kStreamingGrid && plain.grid.kernel == GridKernel::kStreamNHWCAhead;
+            CHECK(q.error == cudaSuccess && q.unsupported == nullptr &&
+                      (over || (q.path == plain.path &&
+                                (q.path == Path::kClusters || ahead || describe(q) == describe(plain)))),
                   "%s %s %s with a pre-add: planned %s (without: %s)", d->name, e.name, layout, describe(q).c_str(),
                   describe(plain).c_str());
-            CHECK(takesPreAdd(plain.path) || std::strstr(q.why, "no pre-add (pre_bias, residual) on this path"),
-                  "%s %s %s with a pre-add: why %s", d->name, e.name, layout, q.why);
+            CHECK(!ahead || q.grid.kernel == GridKernel::kStreamNHWC, "%s %s: a pre-add streams without kAhead",
+                  d->name, e.name);
             CHECK(workspaceBytes(withPreAdd(p)) == workspaceBytes(p), "%s: a pre-add changed the workspace", e.name);
             // A residual off the 16-byte alignment: element by element, as x would be.
             const Plan u = planGroupNorm(withPreAdd(p, 2), d->dev, queries, true);
