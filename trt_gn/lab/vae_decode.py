@@ -26,8 +26,9 @@ recompile limits raised, and checked to have compiled and to compile nothing mor
 profiled (trt_gn.compile_check): no row reports eager PyTorch under a compiled name. The
 reduce-overhead variants fail where Inductor leaves out CUDA graphs, and the profiled pass counts
 their graph launches. The trt_gn torch.compile variants run with trt_gn's fusion passes
-(trt_gn.compile_passes) on where that module exists (--no-fusion-passes: off); the report says
-which were on. Progress lines go to stderr, the report (header, markdown table, summary) to stdout.
+(trt_gn.compile_passes) on where that module exists, and every trt_gn variant swaps with
+pre_add=True (the additions in front of a GroupNorm moved into the op where one forward shows them);
+--no-fusion-passes turns both off; the report says which were on. Progress lines go to stderr, the report (header, markdown table, summary) to stdout.
 
     python -m trt_gn.lab.vae_decode [--model vae|unet] [--resolutions 512,1024]
         [--modes default,reduce-overhead] [--iters 20] [--profile-iters 5] [--out vae.csv]
@@ -371,8 +372,7 @@ FUSION_PASSES_MODULE = "trt_gn.compile_passes"
 
 
 def fusion_passes_module(wanted: bool):
-    """(trt_gn.compile_passes or None, what the trt_gn torch.compile variants run with). The module
-    must have enable() and disable(): its passes are on for those variants alone."""
+    """(trt_gn.compile_passes or None, what the trt_gn torch.compile variants run with)."""
     if not wanted:
         return None, "off (--no-fusion-passes)"
     try:
@@ -381,28 +381,47 @@ def fusion_passes_module(wanted: bool):
         if e.name != FUSION_PASSES_MODULE:
             raise
         return None, f"none ({FUSION_PASSES_MODULE} is not in this build)"
-    missing = [f for f in ("enable", "disable") if not callable(getattr(passes, f, None))]
-    if missing:
-        raise Error(f"{FUSION_PASSES_MODULE} has no {' or '.join(missing)}(): cannot turn its passes on for the "
-                    "trt_gn variants alone", "run with --no-fusion-passes to measure without them")
-    return passes, f"{FUSION_PASSES_MODULE} (enable() around the trt_gn torch.compile variants)"
+    if not callable(getattr(passes, "enable", None)):
+        raise Error(f"{FUSION_PASSES_MODULE} has no enable(): cannot turn its passes on for the trt_gn variants alone",
+                    "run with --no-fusion-passes to measure without them")
+    return passes, f"{FUSION_PASSES_MODULE}.enable() around the trt_gn torch.compile variants"
+
+
+class _PassesOn:
+    """What a fusion pass did, read when the row is made (after the compilation)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __str__(self) -> str:
+        report = getattr(self.handle, "report", None)
+        done = report.summary().splitlines()[0] if report is not None else "on"
+        return f"{FUSION_PASSES_MODULE}.enable(): {done}"
 
 
 @contextlib.contextmanager
-def fusion_passes(wanted: bool):
+def fusion_passes(wanted: bool, backend: str = "inductor"):
     """The one place where trt_gn's torch.compile fusion passes (a convolution's bias and a residual
     add moved into the GroupNorm op) are turned on: around the trt_gn torch.compile variants only, and
-    off again after them. Yields what is on, for the report: "none ..." where trt_gn.compile_passes
-    does not exist, "off ..." without `wanted`."""
+    off again after them, with Inductor's and AOTAutograd's graph caches off so that the pass runs (and reports) on every
+    graph. Yields what is on, for the report: "none ..." where trt_gn.compile_passes does not exist,
+    "off ..." without `wanted`."""
+    if wanted and backend != "inductor":
+        yield f"off (backend {backend} runs no Inductor pass)"
+        return
     passes, described = fusion_passes_module(wanted)
     if passes is None:
         yield described
         return
-    result = passes.enable()
-    try:
-        yield f"{FUSION_PASSES_MODULE}.enable()" + (f": {result}" if result else "")
-    finally:
-        passes.disable()
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        handle = passes.enable()
+        try:
+            yield _PassesOn(handle)
+        finally:
+            handle.disable()
 
 
 @contextlib.contextmanager
@@ -459,7 +478,9 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
     stock_nchw = build(recipe, dtype=dtype, seed=seed).to(device)
     stock_cl = copy.deepcopy(stock_nchw).to(memory_format=torch.channels_last)
     fused_cl = copy.deepcopy(stock_cl)
-    log(f"{recipe}: {swap_group_norms(fused_cl).summary().splitlines()[0]}")
+    # With the fusion on, the swap also moves the additions in front of each GroupNorm into the op
+    # (pre_add) where it can see them in one forward; the compile pass takes those across modules.
+    log(f"{recipe}: {swap_group_norms(fused_cl, pre_add=fusion).summary().splitlines()[0]}")
     models = {("stock", "nchw"): stock_nchw, ("stock", "nhwc"): stock_cl, ("trt_gn", "nhwc"): fused_cl}
 
     rows: list[Row] = []
@@ -468,7 +489,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
         model, x = models[(v.side, v.layout)], inputs[v.layout]
         label = f"{recipe} {v.name}"
         checked = None
-        passes_cm = fusion_passes(fusion) if (v.side == "trt_gn" and v.mode) else contextlib.nullcontext(None)
+        passes_cm = fusion_passes(fusion, backend) if (v.side == "trt_gn" and v.mode) else contextlib.nullcontext(None)
         with torch.no_grad(), passes_cm as passes, cudagraphs_or_error(v.mode):
             if v.mode:
                 torch._dynamo.reset()
@@ -481,7 +502,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
                                              mode=v.mode)
                     checked.first_call(*x)
                     log(f"{label}: {checked.graphs} graph(s), {checked.graph_breaks} graph break(s), "
-                        f"{checked.compile_s:.0f} s")
+                        f"{checked.compile_s:.0f} s" + (f"; {passes}" if isinstance(passes, _PassesOn) else ""))
                     if v.mode == "reduce-overhead":
                         def call(checked=checked, x=x):
                             # each call a new step: its outputs may overwrite the last call's
@@ -509,7 +530,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
         diff = None if reference is None else float((out - reference).abs().max())
         row = Row(resolution=size, recipe=recipe, latents="x".join(map(str, args[0].shape)), dtype=dtype_name,
                   variant=v.name, median_ms=statistics.median(times), min_ms=min(times), max_ms=max(times),
-                  iters=iters, max_abs_diff=diff, mode=v.mode, fusion_passes=passes)
+                  iters=iters, max_abs_diff=diff, mode=v.mode, fusion_passes=None if passes is None else str(passes))
         if checked is not None:
             row.graphs, row.graph_breaks, row.compile_s = checked.graphs, checked.graph_breaks, checked.compile_s
         if breakdown is not None:
@@ -556,7 +577,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-compile", dest="compile", action="store_false",
                         help="leave out the torch.compile variants (the best stock is then eager)")
     parser.add_argument("--no-fusion-passes", dest="fusion", action="store_false",
-                        help="compile the trt_gn variants without trt_gn.compile_passes")
+                        help="trt_gn variants without the pre-add fusion (swap pre_add=False, no "
+                             "trt_gn.compile_passes)")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows to this CSV file")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the report (header, table, summary) to this markdown file")
