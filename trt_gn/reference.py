@@ -25,8 +25,11 @@ _SMALLEST_SUBNORMAL = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133, torch
 #    so lam * sqrt(R) = 80). sum|d| / (n * std) <= 1 + |xh_k|, so the normalised mean errs by
 #    <= 80 u (1 + |xh_k|), which enters z times gamma;
 #  - variance: likewise sum(d^2) / (n * var) <= 1 + xh_k^2, plus 1 (the mean square of xh) for
-#    threads shifted by their own first value: relative error <= 80 u (2 + xh_k^2); rstd halves
-#    it and adds 2 u (rsqrt), and it enters z times xh * gamma;
+#    threads shifted by their own first value: 80 u (2 + xh_k^2); and var = mean(d^2) - mean(d)^2
+#    with mean(d) = -xh_k * std inherits the mean's error times 2 |xh_k|: 160 u |xh_k| (1 + |xh_k|)
+#    (zero where the sums of d are exact, as for 16-bit inputs without a pre-add, but not for s);
+#    relative error <= 80 u (2 + 2 |xh_k| + 3 xh_k^2); rstd halves it and adds 2 u (rsqrt), and it
+#    enters z times xh * gamma;
 #  - the roundings of s, b and the fma: 3 u (|xh * gamma| + |beta|) (the fma's share of
 #    |(mean - k) * s| is in the mean's term);
 #  - SiLU (x * rcp(1 + ex2(-x log2 e)) on approximate instructions): relative error <= (4 + |z|) u,
@@ -35,7 +38,7 @@ _SMALLEST_SUBNORMAL = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133, torch
 #  - the output's rounding: included above in fp32; half an ulp in 16 bits, of the value the
 #    kernel rounded, which lies within the terms above of the reference.
 # So, elementwise:
-#     terms = act' u [(3 + 40 (2 + xh_k^2)) |xh gamma| + 80 (1 + |xh_k|) |gamma| + 3 |beta|]
+#     terms = act' u [(3 + 40 (2 + 2 |xh_k| + 3 xh_k^2)) |xh gamma| + 80 (1 + |xh_k|) |gamma| + 3 |beta|]
 #             + [SiLU] (4 + |z|) u |y| + |z| 2^-62 + 2^-126
 #     tol   = terms (fp32),  terms + ulp(|y| + terms) / 2 (fp16, bf16).
 # The terms are magnitudes before cancellation, not |y|: where xh * gamma and beta cancel, y is
@@ -61,8 +64,9 @@ def _error_terms(xh, xh_first, weight, bias, activation, z, y, pre_err=None) -> 
     divided by |gamma| (see the rule), or None."""
     g = 1.0 if weight is None else weight.abs()
     b = 0.0 if bias is None else bias.abs()
-    c_rstd = 3.0 + 0.5 * _C_SUM * (2.0 + xh_first * xh_first)
-    err = _U32 * (c_rstd * (xh * g).abs() + _C_SUM * (1.0 + xh_first.abs()) * g + 3.0 * b)
+    k = xh_first.abs()
+    c_rstd = 3.0 + 0.5 * _C_SUM * (2.0 + 2.0 * k + 3.0 * k * k)
+    err = _U32 * (c_rstd * (xh * g).abs() + _C_SUM * (1.0 + k) * g + 3.0 * b)
     if pre_err is not None:
         err = err + pre_err * g
     if activation == "silu":

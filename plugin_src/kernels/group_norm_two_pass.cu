@@ -175,13 +175,21 @@ __device__ __forceinline__ float shiftedRun(const T* x, int64_t cs, int64_t p, i
     return 1.f + sumRun<T, VEC, kPre>(x, cs, p + step, pEnd, step, kt, s1, s2, pre);
 }
 
+// kPre: the group's first s (k) of channel c (clamped to the last channel, as
+// the thread's biases are) of image n, x at image n's first pixel.
+template <typename T>
+__device__ __forceinline__ float groupFirstS(const WithPreAdd<TwoPassArgs>& a, const T* xn, int64_t n, int64_t c) {
+    const int64_t c0 = min(c, a.c - 1) / a.cpg * a.cpg;
+    return preSumAt<T>(xn, preAt<T>(a.pre, n * a.hw * a.cs), c0, preBiasAt<T>(a.pre, n, c0));
+}
+
 // Per thread and channel: sums s1, s2 of d = x - k_t, k_t the first value
 // the thread reads (no per-element division, unlike Welford's update). At the
 // end M2 = s2 - s1^2/n; its rounding error is bounded by n * eps * (k_t -
 // mean)^2, which k_t itself contributes to the group's M2, so the error stays
 // at ~n*eps of M2 even when k_t is an outlier. Means are kept relative to the
 // group's first element k_g (exact: (k_t - k_g) + s1/n), as the finaliser and
-// the apply pass expect.
+// the apply pass expect. kPre: k_t = k_g (see there).
 template <typename T, int VEC, bool kPre>
 __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(ArgsWith<kPre, TwoPassArgs> a) {
     __shared__ float smMean[kThreads * VEC];
@@ -216,7 +224,21 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(ArgsWith<kPre, TwoPas
         // merge's registers would spill there.
         float kt[VEC], s1[VEC], s2[VEC];
         int64_t pEnd = sizeof(T) == 4 ? min(p1, p0 + row + (1 + kStatsRunRows) * step) : p1;
-        cnt = shiftedRun<T, VEC, kPre>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2, pre);
+        if constexpr (kPre) {
+            // Shifted by the group's first s, not the thread's: s carries more
+            // bits than a 16-bit x, so the sums of d are no longer exact, and
+            // their error grows with |shift - mean|, which the accuracy rule
+            // bounds by the group's first element's (a thread's first value
+            // may lie far out). The mean then needs no re-basing (kt - kg = 0).
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+                kt[e] = groupFirstS<T>(a, xn, n, vg * VEC + e);
+                s1[e] = s2[e] = 0.f;
+            }
+            cnt = sumRun<T, VEC, kPre>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2, pre);
+        } else {
+            cnt = shiftedRun<T, VEC, kPre>(x, a.cs, p0 + row, pEnd, step, kt, s1, s2, pre);
+        }
         float rc = 1.f / cnt;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
@@ -242,12 +264,11 @@ __global__ void __launch_bounds__(kThreads, 2) gnStatsNHWC(ArgsWith<kPre, TwoPas
         }
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-            const int64_t c0 = (vg * VEC + e) / a.cpg * a.cpg;  // the group's first channel
-            float kg;  // the group's first element (kPre: its s)
+            float kg;  // the group's first element (kPre: its s, which kt already is)
             if constexpr (kPre) {
-                kg = preSumAt<T>(xn, preAt<T>(a.pre, n * a.hw * a.cs), c0, preBiasAt<T>(a.pre, n, c0));
+                kg = kt[e];
             } else {
-                kg = toFloat<T>(xn[c0]);
+                kg = toFloat<T>(xn[(vg * VEC + e) / a.cpg * a.cpg]);
             }
             mean[e] += kt[e] - kg;
             m2[e] = m2[e] < 0.f ? 0.f : m2[e];  // rounding; NaN and Inf pass through
