@@ -314,7 +314,7 @@ class PreAddPass(CustomGraphPass):
                         f"its FX graph cache by the pass); this is torch {torch.__version__}",
                         exit_code=EXIT_MISSING)
         self._previous = inductor_config.post_grad_custom_post_pass
-        inductor_config.post_grad_custom_post_pass = chain_passes(*_passes(self._previous), self)
+        inductor_config.post_grad_custom_post_pass = chain_passes(self._previous, self)
         self._installed = True
         return self
 
@@ -339,9 +339,10 @@ def _passes(value) -> tuple:
 
 
 def chain_passes(*passes):
-    """The post_grad_custom_post_pass value that runs passes in order, on this torch: the pass itself
-    where there is one, else a list where Inductor takes one (torch 2.13 and later), else one
-    _ChainedPasses."""
+    """The post_grad_custom_post_pass value that runs passes (each a pass or such a value) in order, on
+    this torch: the pass itself where there is one, else a list where Inductor takes one (torch 2.13
+    and later), else one _ChainedPasses."""
+    passes = tuple(q for p in passes for q in _passes(p))
     if len(passes) == 1:
         return passes[0]
     if TAKES_A_LIST:
