@@ -128,6 +128,8 @@ def test_enable_keeps_a_configured_pass_and_restores_it():
     with inductor_config.patch(post_grad_custom_post_pass=other):
         handle = compile_passes.enable()
         assert compile_passes._passes(inductor_config.post_grad_custom_post_pass) == (other, handle)
+        # configured values flattened: a list is never nested in a list, None adds nothing
+        assert compile_passes._passes(compile_passes.chain_passes([other], None, handle)) == (other, handle)
         with pytest.raises(RuntimeError, match="^this pre-add pass is enabled already$"):
             handle.install()
         handle.disable()
