@@ -45,7 +45,7 @@ def compile_and_run(model, *args, with_pass=True):
             torch._functorch.config.patch(enable_autograd_cache=False), torch.no_grad():
         if with_pass:
             with compile_passes.enable() as pre_add:
-                inductor_config.post_grad_custom_post_pass = [pre_add, recorder]
+                inductor_config.post_grad_custom_post_pass = compile_passes.chain_passes(pre_add, recorder)
                 out = torch.compile(model, fullgraph=True)(*args)
             assert inductor_config.post_grad_custom_post_pass is None  # put back on leaving
         else:

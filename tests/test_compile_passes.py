@@ -127,7 +127,9 @@ def test_enable_keeps_a_configured_pass_and_restores_it():
     other = Recorder()
     with inductor_config.patch(post_grad_custom_post_pass=other):
         handle = compile_passes.enable()
-        assert inductor_config.post_grad_custom_post_pass == [other, handle]
+        assert compile_passes._passes(inductor_config.post_grad_custom_post_pass) == (other, handle)
+        # configured values flattened: a list is never nested in a list, None adds nothing
+        assert compile_passes._passes(compile_passes.chain_passes([other], None, handle)) == (other, handle)
         with pytest.raises(RuntimeError, match="^this pre-add pass is enabled already$"):
             handle.install()
         handle.disable()
@@ -135,3 +137,57 @@ def test_enable_keeps_a_configured_pass_and_restores_it():
         handle.disable()  # a second time: nothing to do
         assert inductor_config.post_grad_custom_post_pass is other
     assert isinstance(handle.uuid(), bytes) and handle.uuid() == compile_passes.PreAddPass().uuid()
+
+
+def test_one_pass_inductor_runs_the_configured_pass_then_this_one(monkeypatch):
+    """Before torch 2.13, Inductor's post_grad_custom_post_pass holds one pass: enable() installs one
+    that runs the configured pass and then the pre-add pass, keyed by both uuids; here that Inductor
+    is the real one, told it takes no list."""
+    monkeypatch.setattr(compile_passes, "TAKES_A_LIST", False)
+    other = Recorder()
+    with inductor_config.patch(post_grad_custom_post_pass=other):
+        with compile_passes.enable() as handle:
+            chained = inductor_config.post_grad_custom_post_pass
+            assert type(chained) is compile_passes._ChainedPasses and chained.passes == (other, handle)
+            assert chained.uuid() == (other.uuid(), handle.uuid())
+        assert inductor_config.post_grad_custom_post_pass is other
+    assert compile_passes.chain_passes(lambda graph: None, handle).uuid() is None  # the cache bypassed
+    # compile_and_run chains the pre-add pass and a recorder: the recorder sees the rewritten graph
+    original = randomise(Chain(), 21)
+    model = copy.deepcopy(original)
+    swap_group_norms(model, pre_add=True)
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(22))
+    out, pre_add, graphs = compile_and_run(model, x)
+    assert [d.action for d in pre_add.report.decisions] == ["left", "fused", "fused"], pre_add.summary()
+    (graph,) = graphs
+    assert sum(target is ADD for target, _ in graph) == 4 and sum(target is PLAIN for target, _ in graph) == 1
+    assert_close(out, float64_reference(original, x), torch.float32)
+
+
+@pytest.mark.skipif(compile_passes._INFERENCE_AWARE is None, reason="this torch has no inference-aware pass")
+def test_chained_passes_hand_is_inference_to_an_inference_aware_pass(monkeypatch):
+    monkeypatch.setattr(compile_passes, "TAKES_A_LIST", False)
+    seen = []
+
+    class Aware(compile_passes._INFERENCE_AWARE):
+        def __call__(self, graph, is_inference):
+            seen.append(("aware", is_inference))
+
+        def uuid(self):
+            return b"aware"
+
+    chained = compile_passes.chain_passes(Aware(), lambda graph: seen.append("plain"))
+    assert isinstance(chained, compile_passes._INFERENCE_AWARE)
+    chained(torch.fx.Graph(), is_inference=True)
+    assert seen == [("aware", True), "plain"]
+
+
+def test_enable_refuses_a_torch_without_custom_graph_pass(monkeypatch):
+    monkeypatch.setattr(compile_passes, "CustomGraphPass", object)  # as before torch 2.6
+    with inductor_config.patch(post_grad_custom_post_pass=None):
+        with pytest.raises(compile_passes.Error) as exc:
+            compile_passes.enable()
+        assert inductor_config.post_grad_custom_post_pass is None
+    assert exc.value.message == (
+        "trt_gn.compile_passes needs torch 2.6 or later (Inductor's CustomGraphPass, which keys its FX graph "
+        f"cache by the pass); this is torch {torch.__version__}") and exc.value.exit_code == 3

@@ -28,7 +28,9 @@ does the same before tracing.
 
 The pass's uuid covers this file, so Inductor's FX graph cache keys compiled graphs by it; a graph
 served from that cache was rewritten when it was compiled, but the pass does not run and reports
-nothing for it.
+nothing for it. That needs Inductor's CustomGraphPass (torch 2.6 and later): before it the cache key
+leaves a custom pass out, and enable() refuses. Where post_grad_custom_post_pass holds one pass, not
+a list (before torch 2.13), enable() installs one pass that runs the configured one and then this.
 """
 
 from __future__ import annotations
@@ -38,9 +40,20 @@ import operator
 
 import torch
 from torch._inductor import config as inductor_config
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes, get_hash_for_files
 
 from . import ops  # noqa: F401  (registers the ops)
+from .errors import EXIT_MISSING, Error
+
+try:  # torch 2.6 and later: a pass whose uuid keys Inductor's FX graph cache
+    from torch._inductor import custom_graph_pass as _custom_graph_pass
+except ImportError:
+    _custom_graph_pass = None
+# CustomGraphPass only stands in for the base class where torch has none: enable() refuses there
+CustomGraphPass = getattr(_custom_graph_pass, "CustomGraphPass", object)
+# torch 2.13 and later: post_grad_custom_post_pass may be a list of passes, run in order
+TAKES_A_LIST = hasattr(_custom_graph_pass, "get_custom_graph_passes")
+# torch 2.12 and later: a pass Inductor calls with is_inference too
+_INFERENCE_AWARE = getattr(_custom_graph_pass, "CustomInferenceAwareGraphPass", None)
 
 aten = torch.ops.aten
 GROUP_NORM_ACT = torch.ops.trt_gn.group_norm_act.default
@@ -286,7 +299,7 @@ class PreAddPass(CustomGraphPass):
         self.report.decisions.extend(decisions)
 
     def uuid(self) -> bytes:
-        return get_hash_for_files((__file__, ops.__file__))
+        return _custom_graph_pass.get_hash_for_files((__file__, ops.__file__))
 
     # enable() / disable() / context manager
 
@@ -296,9 +309,12 @@ class PreAddPass(CustomGraphPass):
     def install(self) -> "PreAddPass":
         if self._installed:
             raise RuntimeError("this pre-add pass is enabled already")
+        if CustomGraphPass is object:
+            raise Error(f"trt_gn.compile_passes needs torch 2.6 or later (Inductor's CustomGraphPass, which keys "
+                        f"its FX graph cache by the pass); this is torch {torch.__version__}",
+                        exit_code=EXIT_MISSING)
         self._previous = inductor_config.post_grad_custom_post_pass
-        others = get_custom_graph_passes(self._previous)
-        inductor_config.post_grad_custom_post_pass = [*others, self] if others else self
+        inductor_config.post_grad_custom_post_pass = chain_passes(self._previous, self)
         self._installed = True
         return self
 
@@ -313,6 +329,51 @@ class PreAddPass(CustomGraphPass):
 
     def __exit__(self, *exc) -> None:
         self.disable()
+
+
+def _passes(value) -> tuple:
+    """The passes a post_grad_custom_post_pass value runs, in order (torch's get_custom_graph_passes)."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def chain_passes(*passes):
+    """The post_grad_custom_post_pass value that runs passes (each a pass or such a value) in order, on
+    this torch: the pass itself where there is one, else a list where Inductor takes one (torch 2.13
+    and later), else one _ChainedPasses."""
+    passes = tuple(q for p in passes for q in _passes(p))
+    if len(passes) == 1:
+        return passes[0]
+    if TAKES_A_LIST:
+        return list(passes)
+    aware = _INFERENCE_AWARE is not None and any(isinstance(p, _INFERENCE_AWARE) for p in passes)
+    return (_InferenceAwareChainedPasses if aware else _ChainedPasses)(passes)
+
+
+class _ChainedPasses(CustomGraphPass):
+    """Passes run in order as one, for an Inductor whose post_grad_custom_post_pass holds one pass. Its
+    uuid is theirs, or None (the FX graph cache bypassed, as Inductor does for a list) where one of
+    them is not a CustomGraphPass or has no uuid."""
+
+    def __init__(self, passes):
+        self.passes = tuple(passes)
+
+    def __call__(self, graph: torch.fx.Graph, **kwargs) -> None:
+        for p in self.passes:
+            if _INFERENCE_AWARE is not None and isinstance(p, _INFERENCE_AWARE):
+                p(graph, **kwargs)
+            else:
+                p(graph)
+
+    def uuid(self):
+        uuids = tuple(p.uuid() if isinstance(p, CustomGraphPass) else None for p in self.passes)
+        return uuids if all(uuids) else None
+
+
+if _INFERENCE_AWARE is not None:
+    class _InferenceAwareChainedPasses(_ChainedPasses, _INFERENCE_AWARE):
+        """_ChainedPasses of which one takes is_inference: Inductor passes it to this one."""
 
 
 def enable() -> PreAddPass:
