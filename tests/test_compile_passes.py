@@ -123,7 +123,10 @@ def test_left_where_not_exact():
     assert_close(out[4], ref, torch.float32)
 
 
-def test_enable_keeps_a_configured_pass_and_restores_it():
+@pytest.mark.parametrize("takes_a_list", [True, False], ids=["list", "chained"])
+def test_enable_keeps_a_configured_pass_and_restores_it(takes_a_list, monkeypatch):
+    # Inductor takes a list of passes from torch 2.13; before, one chained pass stands for them.
+    monkeypatch.setattr(compile_passes, "TAKES_A_LIST", takes_a_list)
     other = Recorder()
     with inductor_config.patch(post_grad_custom_post_pass=other):
         handle = compile_passes.enable()

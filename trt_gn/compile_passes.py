@@ -335,7 +335,9 @@ def _passes(value) -> tuple:
     """The passes a post_grad_custom_post_pass value runs, in order (torch's get_custom_graph_passes)."""
     if value is None:
         return ()
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if isinstance(value, (list, tuple)):
+        return tuple(q for p in value for q in _passes(p))
+    return value.passes if isinstance(value, _ChainedPasses) else (value,)
 
 
 def chain_passes(*passes):
