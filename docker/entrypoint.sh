@@ -22,7 +22,7 @@ python3 -c "import tensorrt" 2>/dev/null || die "the TensorRT Python bindings do
 command -v nvidia-smi >/dev/null || die "no GPU visible in the container" "run with --gpus all (NVIDIA Container Toolkit)" 3
 mkdir -p "$engines" "$repository"
 
-plugin="$(python3 -c 'from trt_gn import _lib; print(_lib.find_plugin_library())')" \
+plugin="$(python3 -c 'from trt_gn import abi; print(abi.find_plugin_library())')" \
     || die "trt_gn does not find its plugin library in this image" "rebuild the image; see docker/README.md" 3
 gpu="$(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader -i 0)"
 trt_version="$(python3 -c 'import tensorrt; print(tensorrt.__version__)')"

@@ -164,7 +164,7 @@ for lib in "$plugin" "$shim"; do
     mv -f "$target/.$name.tmp.$$" "$target/$name"
 done
 echo "$prog: installed $target/libtrt_gn_plugin.so and $target/libtrt_gn_plugin_autoload.so"
-found="$(cd / && env -u TRT_GN_PLUGIN_LIBRARY "$python" -c 'from trt_gn import _lib; print(_lib.find_plugin_library())')" \
+found="$(cd / && env -u TRT_GN_PLUGIN_LIBRARY "$python" -c 'from trt_gn import abi; print(abi.find_plugin_library())')" \
     || die "trt_gn does not find the installed plugin" "" 1
 [ "$(realpath "$found")" = "$(realpath "$target/libtrt_gn_plugin.so")" ] \
     || die "trt_gn finds $found, not the plugin installed into $target" "" 1

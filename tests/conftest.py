@@ -11,13 +11,13 @@ import pytest
 import torch
 
 import trt_gn
-from trt_gn import _lib, ops
+from trt_gn import abi, ops
 from trt_gn.errors import first_line
 
 
 def _library_status() -> tuple[str | None, str]:
     try:
-        return _lib.library_path(), ""
+        return abi.library_path(), ""
     except (FileNotFoundError, OSError, ImportError) as e:
         return None, str(e)
 
@@ -52,4 +52,4 @@ def kernels_lib():
         if library_required():
             pytest.fail(f"CI with nvcc must build the kernels library, but: {why}")
         pytest.skip(f"kernels library not built: {why.splitlines()[0]}")
-    return _lib.load()
+    return abi.load()

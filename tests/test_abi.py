@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trt_gn import _lib
-from trt_gn._lib import Activation, DType, Layout, Params, Status
+from trt_gn import abi
+from trt_gn.abi import Activation, DType, Layout, Params, Status
 
 HEADER = Path(__file__).resolve().parents[1] / "plugin_src" / "include" / "trt_gn" / "group_norm.h"
 
@@ -115,14 +115,14 @@ def test_bad_params(kernels_lib, overrides, status, message):
 
 def test_bad_params_raise_through_python_wrapper(kernels_lib):
     params = valid_params(c=30, channel_stride=30)
-    with pytest.raises(_lib.TrtGnError) as info:
-        _lib.group_norm(params, WS_ALIGNED, WS_BYTES, None)
+    with pytest.raises(abi.TrtGnError) as info:
+        abi.group_norm(params, WS_ALIGNED, WS_BYTES, None)
     assert info.value.status == Status.INVALID_ARGUMENT
     assert info.value.status_name == "TRTGN_STATUS_INVALID_ARGUMENT"
     assert info.value.message == "c (30) must be divisible by num_groups (8)"
     assert str(info.value) == "TRTGN_STATUS_INVALID_ARGUMENT: c (30) must be divisible by num_groups (8)"
-    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_INVALID_ARGUMENT: num_groups must be > 0, got 0$"):
-        _lib.workspace_size(valid_params(num_groups=0))
+    with pytest.raises(abi.TrtGnError, match=r"^TRTGN_STATUS_INVALID_ARGUMENT: num_groups must be > 0, got 0$"):
+        abi.workspace_size(valid_params(num_groups=0))
 
 
 def test_null_params_and_null_size(kernels_lib):
@@ -144,7 +144,7 @@ def test_null_data_pointers(kernels_lib):
 
 def test_workspace_checks(kernels_lib):
     params = valid_params()
-    need = _lib.workspace_size(params)
+    need = abi.workspace_size(params)
     assert 0 < need <= WS_BYTES, "the test problem needs some workspace"
     assert call(kernels_lib, params, WS_ALIGNED, need - 1) == (
         Status.WORKSPACE_TOO_SMALL, f"workspace_bytes ({need - 1}) is smaller than the {need} bytes needed")
@@ -154,17 +154,17 @@ def test_workspace_checks(kernels_lib):
         Status.INVALID_ARGUMENT, f"workspace is NULL but {need} bytes are needed")
     assert call(kernels_lib, params, WS_ALIGNED + 16, need) == (
         Status.INVALID_ARGUMENT, "workspace must be 256-byte aligned")
-    with pytest.raises(_lib.TrtGnError) as info:
-        _lib.group_norm(params, WS_ALIGNED, need - 1, None)
+    with pytest.raises(abi.TrtGnError) as info:
+        abi.group_norm(params, WS_ALIGNED, need - 1, None)
     assert info.value.status_name == "TRTGN_STATUS_WORKSPACE_TOO_SMALL"
 
 
 def test_workspace_size_max_bounds_smaller_shapes(kernels_lib):
     for layout in (Layout.NHWC, Layout.NCHW):
         big = valid_params(n=4, h=64, w=64, layout=layout)
-        bound = _lib.workspace_size_max(big)
+        bound = abi.workspace_size_max(big)
         for n, h, w in [(1, 1, 1), (4, 64, 64), (3, 7, 64), (4, 1, 1), (2, 33, 17)]:
-            assert _lib.workspace_size(valid_params(n=n, h=h, w=w, layout=layout)) <= bound
+            assert abi.workspace_size(valid_params(n=n, h=h, w=w, layout=layout)) <= bound
 
 
 @pytest.mark.parametrize("sizes", [dict(n=0), dict(h=0), dict(w=0), dict(n=0, h=0, w=0), dict(c=0, channel_stride=0)])
@@ -174,7 +174,7 @@ def test_zero_size_is_a_noop_success(kernels_lib, sizes):
     # no data, no workspace, no stream needed; also after a failed call the message is cleared
     assert call(kernels_lib, valid_params(num_groups=0))[0] == Status.INVALID_ARGUMENT
     assert call(kernels_lib, params, None, 0) == (Status.SUCCESS, "")
-    _lib.group_norm(params, None, 0, None)
+    abi.group_norm(params, None, 0, None)
 
 
 def test_zero_size_still_validates(kernels_lib):
@@ -191,12 +191,12 @@ def test_valid_call_without_gpu_is_a_cuda_error(kernels_lib):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: a launch on host buffers would be invalid")
     params = valid_params()
-    need = _lib.workspace_size(params)
+    need = abi.workspace_size(params)
     status, message = call(kernels_lib, params, WS_ALIGNED, need)
     assert status == Status.CUDA_ERROR
     assert message.startswith("CUDA error: ") and len(message) > len("CUDA error: ")
-    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
-        _lib.group_norm(params, WS_ALIGNED, need, None)
+    with pytest.raises(abi.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
+        abi.group_norm(params, WS_ALIGNED, need, None)
 
 
 def test_kernels_ptx_arch_bad_pointer_and_without_gpu(kernels_lib):
@@ -209,8 +209,8 @@ def test_kernels_ptx_arch_bad_pointer_and_without_gpu(kernels_lib):
     message = kernels_lib.trtgn_last_error_message().decode()
     assert message.startswith("CUDA error: ") and len(message) > len("CUDA error: ")
     assert arch.value == 12345, "a failed call wrote its output"
-    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
-        _lib.kernels_ptx_arch()
+    with pytest.raises(abi.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
+        abi.kernels_ptx_arch()
 
 
 def test_messages_are_per_thread(kernels_lib):
@@ -231,9 +231,9 @@ def test_messages_are_per_thread(kernels_lib):
 
 def test_status_names_and_version(kernels_lib):
     for status in Status:
-        assert _lib.status_name(status) == f"TRTGN_STATUS_{status.name}"
-    assert _lib.status_name(99) == "TRTGN_STATUS_UNKNOWN"
-    assert _lib.abi_version() == _lib.ABI_VERSION
+        assert abi.status_name(status) == f"TRTGN_STATUS_{status.name}"
+    assert abi.status_name(99) == "TRTGN_STATUS_UNKNOWN"
+    assert abi.abi_version() == abi.ABI_VERSION
 
 
 def test_python_enums_match_header():
@@ -244,7 +244,7 @@ def test_python_enums_match_header():
     mirrored |= {f"TRTGN_LAYOUT_{e.name}": int(e) for e in Layout}
     mirrored |= {f"TRTGN_ACTIVATION_{e.name}": int(e) for e in Activation}
     assert values == mirrored
-    assert f"#define TRTGN_ABI_VERSION {_lib.ABI_VERSION}" in text
+    assert f"#define TRTGN_ABI_VERSION {abi.ABI_VERSION}" in text
 
 
 def test_params_struct_layout_matches_header(tmp_path):
@@ -285,7 +285,7 @@ def test_describe_plan_arguments_and_empty_tensor(kernels_lib):
     assert describe(kernels_lib, valid_params(h=0)) == (Status.SUCCESS, "", "path=none")
     assert describe(kernels_lib, valid_params(h=0), size=9) == (
         Status.INVALID_ARGUMENT, "buffer of 9 bytes is too small: 10 needed", "")
-    assert _lib.describe_plan(valid_params(n=0)) == {"path": "none"}
+    assert abi.describe_plan(valid_params(n=0)) == {"path": "none"}
 
 
 def test_describe_plan_without_gpu_is_a_cuda_error(kernels_lib):
@@ -293,8 +293,8 @@ def test_describe_plan_without_gpu_is_a_cuda_error(kernels_lib):
         pytest.skip("a CUDA device is present: tests/gpu checks the plans")
     status, message, text = describe(kernels_lib, valid_params())
     assert status == Status.CUDA_ERROR and message.startswith("CUDA error: ") and text == ""
-    with pytest.raises(_lib.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
-        _lib.describe_plan(valid_params())
+    with pytest.raises(abi.TrtGnError, match=r"^TRTGN_STATUS_CUDA_ERROR: CUDA error: .+"):
+        abi.describe_plan(valid_params())
 
 
 def pre_add_params(**overrides) -> Params:
@@ -310,7 +310,7 @@ def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
     for overrides in (dict(), dict(pre_bias_n_stride=0), dict(pre_bias=None, pre_bias_n_stride=7), dict(residual=None),
                       dict(sum_out=None), dict(pre_bias=None, sum_out=None), dict(x=None, y=None),
                       dict(layout=Layout.NCHW), dict(y=ctypes.addressof(_x_host))):
-        plain = _lib.workspace_size(valid_params(layout=overrides.get("layout", Layout.NHWC)))
+        plain = abi.workspace_size(valid_params(layout=overrides.get("layout", Layout.NHWC)))
         assert query(kernels_lib, pre_add_params(**overrides)) == (Status.SUCCESS, "", plain), overrides
     # Adjacent buffers touch but do not overlap; a NHWC channel stride extends every tensor.
     end = ctypes.addressof(_x_host) + ctypes.sizeof(_x_host)
@@ -321,10 +321,10 @@ def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
 
 
 def test_pre_add_on_an_old_library_is_refused(kernels_lib, monkeypatch):
-    _lib.require_pre_add()  # this library reads the fields
+    abi.require_pre_add()  # this library reads the fields
     monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: 3)
-    with pytest.raises(_lib.LibraryError) as info:
-        _lib.require_pre_add()
+    with pytest.raises(abi.LibraryError) as info:
+        abi.require_pre_add()
     assert info.value.message == (f"{kernels_lib.trtgn_path} has ABI version 3; a pre-add (pre_bias, residual) needs 4: "
                                   "rebuild the library")
     assert info.value.exit_code == 3

@@ -462,10 +462,10 @@ CLI_CASES = {
 
 def _no_plugin() -> bool:
     """No TensorRT plugin library for trt_gn to find (the no-plugin cases' premise)."""
-    from trt_gn import _lib
+    from trt_gn import abi
 
     try:
-        _lib.find_plugin_library()
+        abi.find_plugin_library()
     except FileNotFoundError:
         return True
     return False

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trt_gn import _lib
+from trt_gn import abi
 
 from fresh_python import child, result
 from op_bad_inputs import ADD_BAD_INPUTS, BAD_INPUTS
@@ -144,7 +144,7 @@ def test_missing_ninja_says_why(tmp_path, kernels_lib):
 CPP_CASES = """
     import json, sys, torch
     from op_bad_inputs import ADD_BAD_INPUTS, BAD_INPUTS
-    from trt_gn import _lib, ops
+    from trt_gn import abi, ops
     from trt_gn.reference import group_norm_act_reference
 
     impl = ops.implementation()
@@ -185,7 +185,7 @@ CPP_CASES = """
         "add_cuda": add_table.get("CUDA", ""), "add_autograd_cuda": add_table.get("AutogradCUDA", ""),
         "add_bad": [outcome(add_cuda_kernel(*args)) for args, _, _ in ADD_BAD_INPUTS],
         "add_good": outcome(add_cuda_kernel(*add_good)),
-        "add_abi": _lib.abi_version(),
+        "add_abi": abi.abi_version(),
         "add_empty": [list(ya.shape), list(sa.shape), ya.requires_grad, sa.requires_grad,
                       yp.requires_grad, sp.requires_grad],
         "add_grad": [outcome(lambda: ya.sum().backward()), outcome(lambda: yp.sum().backward())],
@@ -263,7 +263,7 @@ def test_cpp_add_kernel_raises_the_python_messages(cpp_build):
     assert out["add_bad"] == [[error.__name__, message] for _, error, message in ADD_BAD_INPUTS]
     if out["add_abi"] < 4:  # the library predates the pre-add: refused before anything runs
         assert out["add_good"] == [
-            "LibraryError", f"{_lib.library_path()} has ABI version {out['add_abi']}; a pre-add (pre_bias, residual) "
+            "LibraryError", f"{abi.library_path()} has ABI version {out['add_abi']}; a pre-add (pre_bias, residual) "
             "needs 4: rebuild the library"]
     else:
         assert out["add_good"] == ["RuntimeError", "group_norm_act: the CUDA kernel was given a tensor on cpu"]

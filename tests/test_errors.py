@@ -10,7 +10,7 @@ import pkgutil
 import pytest
 
 import trt_gn
-from trt_gn import _lib, errors
+from trt_gn import abi, errors
 
 # Modules whose import needs what a CPU machine may lack, or that run inside another program:
 # the Triton models run inside Triton's Python backend, where their errors become Triton's answers.
@@ -30,30 +30,30 @@ def _exception_classes():
 
 def test_every_error_class_derives_from_error():
     classes = list(_exception_classes())
-    assert _lib.TrtGnError in classes and _lib.LibraryNotFoundError in classes
+    assert abi.TrtGnError in classes and abi.LibraryNotFoundError in classes
     assert [c.__qualname__ for c in classes if not issubclass(c, errors.Error)] == []
 
 
 @pytest.mark.parametrize("status, code", [
-    (_lib.Status.INVALID_ARGUMENT, errors.EXIT_BAD_INPUT),
-    (_lib.Status.NOT_SUPPORTED, errors.EXIT_BAD_INPUT),
-    (_lib.Status.WORKSPACE_TOO_SMALL, errors.EXIT_BAD_INPUT),
-    (_lib.Status.CUDA_ERROR, errors.EXIT_FAILED),
+    (abi.Status.INVALID_ARGUMENT, errors.EXIT_BAD_INPUT),
+    (abi.Status.NOT_SUPPORTED, errors.EXIT_BAD_INPUT),
+    (abi.Status.WORKSPACE_TOO_SMALL, errors.EXIT_BAD_INPUT),
+    (abi.Status.CUDA_ERROR, errors.EXIT_FAILED),
     (99, errors.EXIT_FAILED),
 ])
 def test_kernels_error_exit_code_follows_the_status(status, code):
-    exc = _lib.TrtGnError(status, "what the library said")
+    exc = abi.TrtGnError(status, "what the library said")
     assert exc.exit_code == code and exc.message == "what the library said" and exc.hint == ""
     assert str(exc) == f"{exc.status_name}: what the library said"
     assert isinstance(exc, RuntimeError)  # callers that caught it as one still do
 
 
 def test_missing_library_is_exit_3(tmp_path, monkeypatch):
-    monkeypatch.setenv(_lib.KERNELS_LIBRARY_ENV, str(tmp_path / "none.so"))
-    with pytest.raises(_lib.LibraryNotFoundError) as info:
-        _lib.find_kernels_library()
+    monkeypatch.setenv(abi.KERNELS_LIBRARY_ENV, str(tmp_path / "none.so"))
+    with pytest.raises(abi.LibraryNotFoundError) as info:
+        abi.find_kernels_library()
     assert info.value.exit_code == errors.EXIT_MISSING and isinstance(info.value, FileNotFoundError)
-    assert info.value.message == f"{_lib.KERNELS_LIBRARY_ENV}={tmp_path / 'none.so'} is not a file"
+    assert info.value.message == f"{abi.KERNELS_LIBRARY_ENV}={tmp_path / 'none.so'} is not a file"
 
 
 def test_cli_ends_a_kernels_error_with_its_exit_code(monkeypatch, capsys):
@@ -61,7 +61,7 @@ def test_cli_ends_a_kernels_error_with_its_exit_code(monkeypatch, capsys):
     from trt_gn.cli import fuse
 
     def failing(args):
-        raise _lib.TrtGnError(_lib.Status.INVALID_ARGUMENT, "num_groups must be > 0, got 0")
+        raise abi.TrtGnError(abi.Status.INVALID_ARGUMENT, "num_groups must be > 0, got 0")
 
     monkeypatch.setattr(fuse, "run", failing)  # registered at each start-up: the parser takes it
     assert cli.main(["fuse", "a.onnx", "b.onnx"]) == errors.EXIT_BAD_INPUT

@@ -61,7 +61,7 @@ def test_pre_add_gaps_name_each_missing_kind():
     counts[("clusters", "r")] = 0
     assert fuzz.pre_add_gaps(counts, 5) == ["clusters r: 0", "two-pass bnc+r+s: 2"]
     # A path without the pre-add is not asked for it.
-    for path in set(fuzz.PATHS) - set(fuzz._lib.PRE_ADD_PATHS):
+    for path in set(fuzz.PATHS) - set(fuzz.abi.PRE_ADD_PATHS):
         counts[(path, "r")] = 0
     assert fuzz.pre_add_gaps(counts, 5) == ["clusters r: 0", "two-pass bnc+r+s: 2"]
 

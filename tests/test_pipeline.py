@@ -32,12 +32,12 @@ def _rtx_and_plugin() -> bool:
     """TensorRT-RTX importable and the plugin library found: the pipeline builds with TensorRT-RTX."""
     import importlib.util
 
-    from trt_gn import _lib
+    from trt_gn import abi
 
     if not any(importlib.util.find_spec(m) for m in ("tensorrt_rtx", "tensorrt_rtx_bindings")):
         return False
     try:
-        _lib.find_plugin_library()
+        abi.find_plugin_library()
     except FileNotFoundError:
         return False
     return True

@@ -32,17 +32,17 @@ def test_planner_on_described_devices(tmp_path):
 
 
 def test_path_names_have_one_table():
-    """The names trtgn_describe_plan writes (pathName in group_norm_plan.cpp) are trt_gn._lib.PATHS, in
+    """The names trtgn_describe_plan writes (pathName in group_norm_plan.cpp) are trt_gn.abi.PATHS, in
     order, and the lab's tools take theirs from it."""
     import re
 
-    from trt_gn import _lib
+    from trt_gn import abi
     from trt_gn.lab import bench, fuzz
 
     source = (ROOT / "plugin_src" / "kernels" / "group_norm_plan.cpp").read_text()
     body = source[source.index("const char* pathName(Path p)"):]
     body = body[:body.index("\n}\n")]
-    assert tuple(re.findall(r'case Path::k\w+: return "([a-z-]+)";', body)) == _lib.PATHS
-    assert fuzz.PATHS is _lib.PATHS
-    assert {bench.plan_summary({"path": p, "cluster": 2, "vpt": 4, "slices": 1, "vec": 8}) for p in _lib.PATHS} == {
+    assert tuple(re.findall(r'case Path::k\w+: return "([a-z-]+)";', body)) == abi.PATHS
+    assert fuzz.PATHS is abi.PATHS
+    assert {bench.plan_summary({"path": p, "cluster": 2, "vpt": 4, "slices": 1, "vec": 8}) for p in abi.PATHS} == {
         "clusters of 2, 4 vec/thread", "on-chip grid", "streaming grid", "two passes, vec 8"}

@@ -30,7 +30,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from plan_fields import plugin_records
-from trt_gn import _lib, engine, spec
+from trt_gn import abi, engine, spec
 from trt_gn.cli import main as cli_main
 
 TARGETS = engine.RTX_DEFAULT_TARGETS
@@ -48,7 +48,7 @@ def rtx():
 @pytest.fixture(scope="session")
 def plugin_library():
     try:
-        return Path(_lib.find_plugin_library())
+        return Path(abi.find_plugin_library())
     except FileNotFoundError as exc:
         pytest.skip(f"the plugin library is not built (needs TensorRT 10+ headers): {str(exc).splitlines()[0]}")
 
@@ -299,7 +299,7 @@ else:
 
 def _parse_in_child(model: Path, *plugin: Path) -> str:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(_lib.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
+        p for p in (str(Path(abi.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
     run = subprocess.run([sys.executable, "-c", _PARSE, str(model), *map(str, plugin)], capture_output=True,
                          text=True, timeout=120, env=env, cwd=model.parent)  # not the repository root
     assert run.returncode == 0, f"rc {run.returncode}: {run.stdout}{run.stderr}"

@@ -257,13 +257,13 @@ def test_plugin_without_its_autoload_shim_is_refused_and_writes_nothing(tmp_path
 
 
 def test_autoload_shim_is_looked_up_only_next_to_the_plugin(tmp_path, files):
-    from trt_gn import _lib
+    from trt_gn import abi
 
-    assert _lib.find_plugin_autoload_library(files["plugin"]) == files["autoload"]
+    assert abi.find_plugin_autoload_library(files["plugin"]) == files["autoload"]
     elsewhere = tmp_path / "elsewhere" / spec.PLUGIN_LIBRARY
     missing = f"{elsewhere.parent}/libtrt_gn_plugin_autoload.so not found"
-    with pytest.raises(_lib.LibraryNotFoundError, match=re.escape(missing)):
-        _lib.find_plugin_autoload_library(elsewhere)
+    with pytest.raises(abi.LibraryNotFoundError, match=re.escape(missing)):
+        abi.find_plugin_autoload_library(elsewhere)
 
 
 def test_batching_needs_a_dynamic_first_dimension(tmp_path, files):
@@ -568,7 +568,7 @@ def test_triton_refuses_a_real_tensorrt_rtx_plan(tmp_path, capsys):
     reason, nothing written, the plan untouched."""
     import hashlib
 
-    from trt_gn import _lib, engine
+    from trt_gn import abi, engine
     from trt_gn.triton import tensorrt_rtx_plan_version
 
     try:
@@ -576,7 +576,7 @@ def test_triton_refuses_a_real_tensorrt_rtx_plan(tmp_path, capsys):
     except engine.TensorRTNotInstalledError as exc:
         pytest.skip(f"{exc.message} ({exc.hint})")
     try:
-        plugin = _lib.find_plugin_library()
+        plugin = abi.find_plugin_library()
     except FileNotFoundError as exc:
         pytest.skip(f"the plugin library is not built: {str(exc).splitlines()[0]}")
     pytest.importorskip("diffusers", reason="diffusers is not installed (the export needs it)")

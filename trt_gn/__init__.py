@@ -5,7 +5,7 @@ and group_norm_act_add and exposes trt_gn.nn.GroupNormAct (trt_gn.compile_passes
 own, adds a torch.compile pass for the latter). Without PyTorch the package still imports, so that the engine
 and Triton tools (`trt-gn build`, `trt-gn triton`, trt_gn.engine, trt_gn.triton) run in an
 environment without it (the `serve` extra); the PyTorch names then raise an ImportError that says
-so. The native kernels library is loaded on first use on a CUDA device (see trt_gn._lib for where it
+so. The native kernels library is loaded on first use on a CUDA device (see trt_gn.abi for where it
 is looked for); the CPU path needs no native code.
 """
 

@@ -135,7 +135,7 @@ def build(log=None) -> Path:
 
 def register(path: Path, kernels) -> None:
     """Load the built library and register its CUDA and AutogradCUDA kernels, bound to the functions
-    of `kernels` (the ctypes.CDLL trt_gn._lib.load() returns). Raises CppOpError."""
+    of `kernels` (the ctypes.CDLL trt_gn.abi.load() returns). Raises CppOpError."""
     try:
         # PyDLL: the registration runs holding the GIL, as any other registration of the op does.
         library = ctypes.PyDLL(str(path))

@@ -16,7 +16,7 @@ Exit codes (README, "Errors and exit codes"):
     3    something needed is missing here (TensorRT, a CUDA GPU, a native library, diffusers)
     130  interrupted
 
-An error status of the kernels library maps onto it (trt_gn._lib.EXIT_CODE_BY_STATUS): invalid
+An error status of the kernels library maps onto it (trt_gn.abi.EXIT_CODE_BY_STATUS): invalid
 argument or not supported 2, a CUDA error 1; a missing or unloadable library is 3.
 """
 

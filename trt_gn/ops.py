@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _cpp_op, _lib, spec
+from . import _cpp_op, abi, spec
 from .errors import first_line
 from .reference import group_norm_act_add_reference, group_norm_act_reference
 
@@ -174,7 +174,7 @@ def _choose() -> Implementation:
     if mode == "auto" and torch.version.cuda is None:
         return Implementation("python", f"torch {torch.__version__} is built without CUDA")
     try:
-        kernels = _lib.load()
+        kernels = abi.load()
     except (FileNotFoundError, OSError, ImportError) as e:
         reason = f"the kernels library does not load: {first_line(e)}"
         if mode == "cpp":
@@ -269,7 +269,7 @@ _private = torch.library.Library(spec.TORCH_NAMESPACE, "FRAGMENT")
 _private.define(f"_group_norm_act_check{ARGUMENTS} -> ()")
 _private.define("_group_norm_act_failed(Tensor x, int status, str message) -> ()")
 _private.define(f"_group_norm_act_add_check{ADD_ARGUMENTS} -> ()")
-# A kernels library older than the pre-add fields (it would ignore them): _lib.require_pre_add's error.
+# A kernels library older than the pre-add fields (it would ignore them): abi.require_pre_add's error.
 _private.define("_group_norm_act_add_unsupported(Tensor x) -> ()")
 
 
@@ -282,11 +282,11 @@ def _check_add_arguments(*args) -> None:
 
 
 def _raise_kernels_error(x, status, message) -> None:
-    raise _lib.TrtGnError(status, message)
+    raise abi.TrtGnError(status, message)
 
 
 def _require_pre_add(x) -> None:
-    _lib.require_pre_add()
+    abi.require_pre_add()
 
 
 _private.impl("_group_norm_act_check", _check_arguments, "CompositeExplicitAutograd")
@@ -297,7 +297,7 @@ _private.impl("_group_norm_act_add_unsupported", _require_pre_add, "CompositeExp
 
 # The dtype names of the tools and options (fp32, fp16, bf16) -> torch dtypes: the one such map.
 DTYPE_BY_NAME = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-ABI_DTYPE = {torch.float32: _lib.DType.FLOAT32, torch.float16: _lib.DType.FLOAT16, torch.bfloat16: _lib.DType.BFLOAT16}
+ABI_DTYPE = {torch.float32: abi.DType.FLOAT32, torch.float16: abi.DType.FLOAT16, torch.bfloat16: abi.DType.BFLOAT16}
 
 
 def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
@@ -313,7 +313,7 @@ def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Ten
 
 
 def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, channel_stride=None,
-               shape=None, pre_bias=None, residual=None, sum_out=None) -> _lib.Params:
+               shape=None, pre_bias=None, residual=None, sum_out=None) -> abi.Params:
     """trtgn_params_t for CUDA tensors x and y (contiguous NCHW or channels_last, the same format).
 
     weight/bias (and pre_bias) must already be as affine_for_abi() returns them. `layout` ("nchw" or
@@ -323,7 +323,7 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
 
     The pre-add (group_norm_act_add): pre_bias [C] or [N, C], residual with x's dtype, layout and
     strides, sum_out with y's. A library older than the pre-add fields would ignore them, so setting
-    any of them first requires one that has them (_lib.require_pre_add raises LibraryError).
+    any of them first requires one that has them (abi.require_pre_add raises LibraryError).
     """
     n, c, h, w = shape if shape is not None else x.shape
     affine = [t for t in (weight, bias, pre_bias) if t is not None]
@@ -334,14 +334,14 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
         layout = "nchw" if shape is None and x.is_contiguous() else "nhwc"
     pre_add = {}
     if pre_bias is not None or residual is not None or sum_out is not None:
-        _lib.require_pre_add()
+        abi.require_pre_add()
         pre_add = {
             "pre_bias": pre_bias.data_ptr() if pre_bias is not None else None,
             "pre_bias_n_stride": c if pre_bias is not None and pre_bias.dim() == 2 else 0,
             "residual": residual.data_ptr() if residual is not None else None,
             "sum_out": sum_out.data_ptr() if sum_out is not None else None,
         }
-    return _lib.Params(
+    return abi.Params(
         x=x.data_ptr(),
         y=y.data_ptr(),
         n=n,
@@ -350,9 +350,9 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
         w=w,
         num_groups=num_groups,
         channel_stride=c if channel_stride is None else channel_stride,
-        layout=_lib.Layout.NHWC if layout == "nhwc" else _lib.Layout.NCHW,
+        layout=abi.Layout.NHWC if layout == "nhwc" else abi.Layout.NCHW,
         dtype=ABI_DTYPE[x.dtype],
-        activation=_lib.ACTIVATION_BY_NAME[activation],
+        activation=abi.ACTIVATION_BY_NAME[activation],
         epsilon=eps,
         gamma=weight.data_ptr() if weight is not None else None,
         beta=bias.data_ptr() if bias is not None else None,
@@ -387,19 +387,19 @@ def _group_norm_act_add_cuda(x, weight, bias, num_groups, eps, activation, pre_b
     return y, s
 
 
-def _launch(params: _lib.Params, x: torch.Tensor) -> None:
+def _launch(params: abi.Params, x: torch.Tensor) -> None:
     """trtgn_group_norm with a workspace of its size, on x's device and current stream."""
     with torch.cuda.device(x.device):
-        nbytes = _lib.workspace_size(params)
+        nbytes = abi.workspace_size(params)
         # The caching allocator ties the block to the current stream (and to the graph pool
         # while capturing), so the workspace is safe to reuse as soon as this launch is done.
         workspace = torch.empty(nbytes, dtype=torch.uint8, device=x.device) if nbytes else None
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        _lib.group_norm(params, workspace.data_ptr() if workspace is not None else None, nbytes, stream)
+        abi.group_norm(params, workspace.data_ptr() if workspace is not None else None, nbytes, stream)
 
 
 def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation="silu") -> dict:
-    """The plan group_norm_act would run for these CUDA arguments (trt_gn._lib.describe_plan), without
+    """The plan group_norm_act would run for these CUDA arguments (trt_gn.abi.describe_plan), without
     running it: {"path": "clusters" | "on-chip-grid" | "streaming-grid" | "two-pass", "vec": ..., ...}.
 
     The output's alignment takes part in the choice; a fresh output of x's format is assumed, as the
@@ -412,7 +412,7 @@ def describe_plan(x, weight=None, bias=None, num_groups=32, eps=1e-5, activation
     weight, bias, _ = affine_for_abi(x, weight, bias)
     y = torch.empty_like(x)
     with torch.cuda.device(x.device):
-        return _lib.describe_plan(abi_params(x, y, weight, bias, num_groups, eps, activation))
+        return abi.describe_plan(abi_params(x, y, weight, bias, num_groups, eps, activation))
 
 
 @_group_norm_act.register_fake

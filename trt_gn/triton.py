@@ -88,7 +88,7 @@ class RepositoryError(EngineBuildError):
 
 @dataclass
 class RepositoryOptions:
-    plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
+    plugin_library: str | os.PathLike | None = None  # default: trt_gn.abi.find_plugin_library()
     onnx: str | os.PathLike | None = None  # the model the engine was built from
     io_from: str = "auto"  # "auto" (engine when TensorRT is importable, else ONNX), "engine", "onnx"
     max_batch_size: int | None = None  # None: the engine profile's max batch (engine) / required (ONNX)
@@ -120,10 +120,10 @@ class RepositoryResult:
 
 
 def _autoload_path(plugin: Path) -> Path:
-    from . import _lib  # the one place that knows where the libraries live
+    from . import abi  # the one place that knows where the libraries live
 
     try:
-        return _lib.find_plugin_autoload_library(plugin)
+        return abi.find_plugin_autoload_library(plugin)
     except FileNotFoundError:
         raise RepositoryError(
             f"{plugin.parent / spec.PLUGIN_AUTOLOAD_LIBRARY} does not exist: Triton loads the plugin "

@@ -127,7 +127,7 @@ def _package_folders(names: Sequence[str]) -> list[str]:
 
 def _kernels_library(torch_options: TorchModelOptions) -> str:
     """The kernels library the trt_gn variant loads on a GPU ("" where none is needed)."""
-    from . import _lib
+    from . import abi
 
     if torch_options.variant != "trt_gn" or torch_options.device != "gpu":
         return ""
@@ -137,14 +137,14 @@ def _kernels_library(torch_options: TorchModelOptions) -> str:
             raise RepositoryError(f"--kernels-library {path} is not a file")
         return str(path.resolve())
     try:
-        return str(_lib.find_kernels_library().resolve())
+        return str(abi.find_kernels_library().resolve())
     except FileNotFoundError as exc:
         looked = getattr(exc, "looked_in", None)
         where = f"looked in: {', '.join(map(str, looked))}" if looked else first_line(exc)
         raise RepositoryError(f"the trt_gn variant on a GPU needs the kernels library {spec.KERNELS_LIBRARY}, "
                               f"which is not found here ({where})",
                               f"build it (cmake -S plugin_src -B build && cmake --build build), set "
-                              f"{_lib.KERNELS_LIBRARY_ENV}, or pass --kernels-library PATH",
+                              f"{abi.KERNELS_LIBRARY_ENV}, or pass --kernels-library PATH",
                               exit_code=EXIT_MISSING) from None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trt_gn import _lib
+from trt_gn import abi
 from trt_gn.ops import abi_params
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (torch.cuda.is_available() is False)")
@@ -37,10 +37,10 @@ def params_for(x, y, weight, bias, groups, eps, activation, layout, channel_stri
 
 def launch(params, device, stream=None) -> None:
     """Allocate a workspace filled with garbage (its content on entry must not matter) and launch."""
-    nbytes = _lib.workspace_size(params)
+    nbytes = abi.workspace_size(params)
     workspace = torch.randint(0, 256, (max(nbytes, 1),), dtype=torch.uint8, device=device)
     stream = torch.cuda.current_stream(device) if stream is None else stream
-    _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, stream.cuda_stream)
+    abi.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, stream.cuda_stream)
     workspace.record_stream(stream)
 
 

@@ -93,7 +93,7 @@ def fuzz_sample(seed: int = 0, draws: int = 4000):
     the seed's draws with that plan."""
     import random
 
-    from trt_gn import _lib
+    from trt_gn import abi
 
     rng = random.Random(seed)
     chosen = {}
@@ -107,7 +107,7 @@ def fuzz_sample(seed: int = 0, draws: int = 4000):
                 chosen[key] = (case, plan)
     missing = [f"{p} {d} {l}" for p in fuzz.PATHS for d in fuzz.DTYPES for l in fuzz.LAYOUTS
                if (p, d, l) not in chosen]
-    missing += [f"{p} pre-add {k}" for p in _lib.PRE_ADD_PATHS for k in fuzz.PRE_ADD_KINDS if (p, k) not in chosen]
+    missing += [f"{p} pre-add {k}" for p in abi.PRE_ADD_PATHS for k in fuzz.PRE_ADD_KINDS if (p, k) not in chosen]
     if missing:
         raise AssertionError(f"no case of {draws} draws reached: {'; '.join(missing)}")
     return list({case.spec(): (case, plan) for case, plan in chosen.values()}.values())

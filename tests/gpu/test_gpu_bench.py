@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from gpu_helpers import GPU
 
-from trt_gn import _lib
+from trt_gn import abi
 from trt_gn.lab import bench
 from trt_gn.cli import main
 
@@ -25,7 +25,7 @@ def test_bench_one_shape(tmp_path, capsys):
     assert "sd15-unet-1280x8" in out and "stay there for the copy and the kernels alike" in out
     assert ("torch.compile (inductor): 4 variant(s) compiled before timing, 1 graph(s) each, none ran eager or "
             "compiled again while timed") in out
-    assert f"kernels: {_lib.library_path()}, running code built for compute_{_lib.kernels_ptx_arch()}\n" in out
+    assert f"kernels: {abi.library_path()}, running code built for compute_{abi.kernels_ptx_arch()}\n" in out
     with open(tmp_path / "bench.csv") as f:
         rows = list(csv.DictReader(f))
     impls = {(r["dtype"], r["impl"]) for r in rows}
@@ -68,7 +68,7 @@ def test_bench_without_compile(tmp_path, capsys):
 def test_ab_kernels_two_variants(tmp_path):
     """python -m trt_gn.lab.ab alternates two variants (here the loaded library under two names) and
     checks each output against the reference."""
-    lib = _lib.library_path()
+    lib = abi.library_path()
     proc = subprocess.run([sys.executable, "-m", "trt_gn.lab.ab", "--variant", f"a={lib}", "--variant", f"b={lib}",
                            "--shapes", "sd15-unet-1280x8", "--layouts", "nhwc", "--rounds", "2",
                            "--out", str(tmp_path)], capture_output=True, text=True,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from gpu_helpers import GPU, affine_for, params_for, poison_
 
-from trt_gn import _lib
+from trt_gn import abi
 from trt_gn.nn import GroupNormAct
 from trt_gn.reference import assert_close, group_norm_act_reference
 
@@ -138,7 +138,7 @@ def test_two_threads_two_streams():
 def test_kernels_ptx_arch():
     """The PTX architecture the kernels run from: the one scripts/gpu_check.sh built the library for,
     where it says so (TRT_GN_EXPECT_PTX_ARCH: 90, or 80 for its sm_80 build), and never newer than the GPU."""
-    arch = _lib.kernels_ptx_arch()
+    arch = abi.kernels_ptx_arch()
     major, minor = torch.cuda.get_device_capability()
     assert 50 <= arch <= 10 * major + minor
     expected = os.environ.get("TRT_GN_EXPECT_PTX_ARCH")
@@ -168,13 +168,13 @@ def test_threads_with_different_shared_memory_sizes():
 
 
 BAD = [
-    (dict(num_groups=0), _lib.Status.INVALID_ARGUMENT),
-    (dict(c=30), _lib.Status.INVALID_ARGUMENT),
-    (dict(channel_stride=16), _lib.Status.INVALID_ARGUMENT),
-    (dict(layout=9), _lib.Status.INVALID_ARGUMENT),
-    (dict(dtype=7), _lib.Status.INVALID_ARGUMENT),
-    (dict(activation=2), _lib.Status.INVALID_ARGUMENT),
-    (dict(x=None), _lib.Status.INVALID_ARGUMENT),
+    (dict(num_groups=0), abi.Status.INVALID_ARGUMENT),
+    (dict(c=30), abi.Status.INVALID_ARGUMENT),
+    (dict(channel_stride=16), abi.Status.INVALID_ARGUMENT),
+    (dict(layout=9), abi.Status.INVALID_ARGUMENT),
+    (dict(dtype=7), abi.Status.INVALID_ARGUMENT),
+    (dict(activation=2), abi.Status.INVALID_ARGUMENT),
+    (dict(x=None), abi.Status.INVALID_ARGUMENT),
 ]
 
 
@@ -186,8 +186,8 @@ def test_bad_input_on_device_buffers_writes_nothing(overrides, status):
     for key, value in overrides.items():
         setattr(params, key, value)
     workspace = torch.empty(1 << 22, dtype=torch.uint8, device=DEVICE)
-    with pytest.raises(_lib.TrtGnError) as info:
-        _lib.group_norm(params, workspace.data_ptr(), workspace.numel(), torch.cuda.current_stream().cuda_stream)
+    with pytest.raises(abi.TrtGnError) as info:
+        abi.group_norm(params, workspace.data_ptr(), workspace.numel(), torch.cuda.current_stream().cuda_stream)
     assert info.value.status == status and info.value.message
     torch.cuda.synchronize()
     assert torch.isnan(y).all(), "a rejected call wrote to y"
@@ -197,13 +197,13 @@ def test_workspace_too_small_on_device_writes_nothing():
     x = torch.randn(2, 320, 16, 16, device=DEVICE, dtype=torch.float16)
     y = poison_(torch.empty_like(x))
     params = params_for(x, y, None, None, 32, 1e-5, "silu", "nchw")
-    need = _lib.workspace_size(params)
+    need = abi.workspace_size(params)
     if need == 0:
         pytest.skip("this problem needs no workspace")
     workspace = torch.empty(need, dtype=torch.uint8, device=DEVICE)
-    with pytest.raises(_lib.TrtGnError) as info:
-        _lib.group_norm(params, workspace.data_ptr(), need - 1, 0)
-    assert info.value.status == _lib.Status.WORKSPACE_TOO_SMALL
+    with pytest.raises(abi.TrtGnError) as info:
+        abi.group_norm(params, workspace.data_ptr(), need - 1, 0)
+    assert info.value.status == abi.Status.WORKSPACE_TOO_SMALL
     torch.cuda.synchronize()
     assert torch.isnan(y).all()
 
@@ -211,19 +211,19 @@ def test_workspace_too_small_on_device_writes_nothing():
 def test_zero_size_on_device():
     x = torch.empty(0, 32, 8, 8, device=DEVICE, dtype=torch.float16)
     params = params_for(x, x, None, None, 8, 1e-5, "silu", "nhwc")
-    assert _lib.workspace_size(params) == 0
-    _lib.group_norm(params, None, 0, torch.cuda.current_stream().cuda_stream)
+    assert abi.workspace_size(params) == 0
+    abi.group_norm(params, None, 0, torch.cuda.current_stream().cuda_stream)
 
 
 def test_workspace_size_max_covers_the_sizes_used():
     x = torch.empty(4, 320, 64, 64, device=DEVICE, dtype=torch.float16)
     for layout in ("nhwc", "nchw"):
-        bound = _lib.workspace_size_max(params_for(x, x, None, None, 32, 1e-5, "silu", layout))
+        bound = abi.workspace_size_max(params_for(x, x, None, None, 32, 1e-5, "silu", layout))
         for n, h, w in [(1, 1, 1), (4, 64, 64), (2, 64, 1), (3, 17, 64), (4, 8, 8)]:
             p = params_for(x, x, None, None, 32, 1e-5, "silu", layout, shape=(n, 320, h, w))
-            assert _lib.workspace_size(p) <= bound
+            assert abi.workspace_size(p) <= bound
 
 
 def test_library_reports_its_path_and_version():
-    assert _lib.abi_version() == _lib.ABI_VERSION
-    assert isinstance(ctypes.CDLL(_lib.library_path()), ctypes.CDLL)
+    assert abi.abi_version() == abi.ABI_VERSION
+    assert isinstance(ctypes.CDLL(abi.library_path()), ctypes.CDLL)

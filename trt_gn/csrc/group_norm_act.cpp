@@ -5,13 +5,13 @@
 // then registers these kernels at the CUDA and AutogradCUDA keys, which take precedence over the
 // Python kernels at CompositeExplicitAutograd and Autograd: a CUDA call runs no Python at all.
 //
-// The kernels library is reached through the function pointers trt_gn/_lib.py loaded (one library,
+// The kernels library is reached through the function pointers trt_gn/abi.py loaded (one library,
 // one ABI check). Bad arguments are detected here with the conditions of ops.check_inputs (and
 // ops.check_add_inputs), and the exception is raised by the Python op trt_gn::_group_norm_act_check
 // (_group_norm_act_add_check), so its type and message are the Python implementation's to the
-// letter; likewise a status the kernels library returns is raised as trt_gn._lib.TrtGnError by
+// letter; likewise a status the kernels library returns is raised as trt_gn.abi.TrtGnError by
 // trt_gn::_group_norm_act_failed, and a library too old for the pre-add by
-// trt_gn::_group_norm_act_add_unsupported (_lib.require_pre_add's error).
+// trt_gn::_group_norm_act_add_unsupported (abi.require_pre_add's error).
 //
 // Only device-generic torch APIs are used (DeviceGuard, the stream's native handle, the caching
 // allocator through at::empty): the file builds against any torch, CUDA headers or not.

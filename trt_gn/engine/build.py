@@ -71,7 +71,7 @@ def count_plugin_layers(trt, network) -> int:
 class BuildOptions:
     """Everything ``build_engine`` needs besides the input and output paths."""
 
-    plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
+    plugin_library: str | os.PathLike | None = None  # default: trt_gn.abi.find_plugin_library()
     precision: str = "fp16"
     shapes: Sequence[ShapeRange] = ()
     batch: DimRange | None = None

@@ -34,12 +34,12 @@ def plugin_path(explicit=None) -> Path:
             raise EngineBuildError(f"plugin library {path} (--plugin) does not exist",
                                    "build it with `cmake -S plugin_src -B build && cmake --build build`")
         return path.resolve()
-    from .. import _lib  # imported here: it is the one place that knows where the libraries live
+    from .. import abi  # imported here: it is the one place that knows where the libraries live
     try:
-        return Path(_lib.find_plugin_library()).resolve()
+        return Path(abi.find_plugin_library()).resolve()
     except FileNotFoundError as exc:
         looked = getattr(exc, "looked_in", None)
         where = f" (looked in: {', '.join(map(str, looked))})" if looked else f" ({first_line(exc)})"
         raise EngineBuildError(f"the TensorRT plugin library {spec.PLUGIN_LIBRARY} was not found{where}",
-                               f"{_lib.PLUGIN_BUILD_HINT}; or pass --plugin / set {_lib.PLUGIN_LIBRARY_ENV}",
+                               f"{abi.PLUGIN_BUILD_HINT}; or pass --plugin / set {abi.PLUGIN_LIBRARY_ENV}",
                                exit_code=EXIT_MISSING) from exc

@@ -242,12 +242,12 @@ def time_cases(cases: list[tuple[str, str, str]], replays: int) -> None:
     prints one JSON object a case."""
     import torch
 
-    from .. import _lib
+    from .. import abi
     from . import bench
     from ..reference import assert_close, group_norm_act_reference
 
     require_gpu()
-    _lib.load()
+    abi.load()
     from ..ops import DTYPE_BY_NAME as dtypes
 
     for shape_spec, dtype_name, layout in cases:

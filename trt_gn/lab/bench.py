@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import _lib, fileio
+from .. import abi, fileio
 from ..errors import EXIT_FAILED, EXIT_MISSING, Error
 from .shapes import Shape, select_shapes
 
@@ -122,20 +122,20 @@ def kernel_launcher(x, y, weight, bias, shape: Shape, layout: str):
     from ..ops import abi_params
 
     params = abi_params(x, y, weight, bias, shape.groups, shape.eps, "silu", layout=layout)
-    nbytes = _lib.workspace_size(params)
+    nbytes = abi.workspace_size(params)
     workspace = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=x.device)
 
     def launch():
-        _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes,
+        abi.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes,
                         torch.cuda.current_stream().cuda_stream)
 
     launch.keep_alive = (params, workspace)  # the buffers live as long as the closure
     # Libraries before ABI 3 (trt_gn.lab.ab times earlier revisions) cannot say.
-    launch.plan = plan_summary(_lib.describe_plan(params)) if _lib.abi_version() >= 3 else None
+    launch.plan = plan_summary(abi.describe_plan(params)) if abi.abi_version() >= 3 else None
     return launch
 
 
-# The short form of each path's plan, one a path of the ABI's table (trt_gn._lib.PATHS).
+# The short form of each path's plan, one a path of the ABI's table (trt_gn.abi.PATHS).
 _PLAN_SUMMARIES = {
     "clusters": lambda p: f"clusters of {p['cluster']}, {p['vpt']} vec/thread"
                           + (" x2 blocks" if p.get("split", 1) > 1 else ""),
@@ -143,11 +143,11 @@ _PLAN_SUMMARIES = {
     "streaming-grid": lambda p: "streaming grid",
     "two-pass": lambda p: f"two passes, vec {p['vec']}",
 }
-assert tuple(_PLAN_SUMMARIES) == _lib.PATHS, "bench's plan summaries and the ABI's paths disagree"
+assert tuple(_PLAN_SUMMARIES) == abi.PATHS, "bench's plan summaries and the ABI's paths disagree"
 
 
 def plan_summary(plan: dict) -> str:
-    """A short form of trt_gn._lib.describe_plan()'s plan for the table: the path and what tells
+    """A short form of trt_gn.abi.describe_plan()'s plan for the table: the path and what tells
     its launches apart (cluster size and vectors a thread; channel slices; vector width)."""
     path = plan.get("path", "?")
     return _PLAN_SUMMARIES[path](plan) if path in _PLAN_SUMMARIES else path
@@ -232,7 +232,7 @@ def run_bench(shapes: list[Shape], dtypes, layouts, replays: int, progress=None,
     if not torch.cuda.is_available():
         raise BenchError("no CUDA device: the benchmark needs a GPU (torch.cuda.is_available() is False)",
                          exit_code=EXIT_MISSING)
-    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
+    abi.load()  # a missing or unloadable library raises abi.LibraryError, an errors.Error (exit 3)
     torch_dtypes = [(name, _torch_dtype(name)) for name in dtypes]
 
     rows: list[Row] = []
@@ -657,7 +657,7 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
     from .. import ops
 
     console.print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    for line in library_lines(torch.cuda.get_device_capability(), _lib.kernels_ptx_arch(), _lib.library_path()):
+    for line in library_lines(torch.cuda.get_device_capability(), abi.kernels_ptx_arch(), abi.library_path()):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     # The kernels are timed through the C ABI; the op, which models call, runs this implementation.
     console.print(f"op on CUDA tensors: {ops.implementation()}", markup=False, highlight=False, soft_wrap=True)

@@ -13,7 +13,7 @@ import argparse
 import csv
 import sys
 
-from .._lib import parse_plan
+from ..abi import parse_plan
 
 
 def read(path: str) -> dict[str, dict]:

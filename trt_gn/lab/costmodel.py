@@ -199,18 +199,18 @@ class _Forced:
 
 def _forced_plan(spec: str, params) -> dict | None:
     """The plan trtgn_describe_plan gives with `spec` forced, or None where the planner rejects it."""
-    from .. import _lib
+    from .. import abi
 
     with _Forced(spec):
         try:
-            plan = _lib.describe_plan(params)
-        except _lib.TrtGnError as e:
-            if e.status == _lib.Status.INVALID_ARGUMENT and e.message.startswith(f'{FORCE_VARIABLE}="'):
+            plan = abi.describe_plan(params)
+        except abi.TrtGnError as e:
+            if e.status == abi.Status.INVALID_ARGUMENT and e.message.startswith(f'{FORCE_VARIABLE}="'):
                 return None
             raise
     if not plan.get("why", "").startswith(FORCED_MARK):
         raise CostModelError(
-            f"the kernels library {_lib.library_path()} was built without TRT_GN_DEBUG_PLANS: it ignores "
+            f"the kernels library {abi.library_path()} was built without TRT_GN_DEBUG_PLANS: it ignores "
             f"{FORCE_VARIABLE}", "build one with cmake -DTRT_GN_DEBUG_PLANS=ON (scripts/gpu_check.sh sweep does) "
             "and point TRT_GN_KERNELS_LIBRARY at it", exit_code=EXIT_MISSING)
     return plan
@@ -220,13 +220,13 @@ def _require_debug_library() -> None:
     """Exit 3 unless a GPU is there and the loaded kernels library forces plans."""
     import torch
 
-    from .. import _lib
+    from .. import abi
     from ..ops import abi_params
 
     if not torch.cuda.is_available():
         raise CostModelError("no CUDA device: the sweep times kernels on a GPU (torch.cuda.is_available() is "
                              "False)", exit_code=EXIT_MISSING)
-    _lib.load()  # a missing or unloadable library: _lib.LibraryError, exit 3
+    abi.load()  # a missing or unloadable library: abi.LibraryError, exit 3
     x = torch.zeros(1, 32, 8, 8, device="cuda", dtype=torch.float16)
     _forced_plan("path=two-pass", abi_params(x, torch.empty_like(x), None, None, 32, 1e-5, "silu"))
 
@@ -238,7 +238,7 @@ def sweep(shapes, dtypes, layouts, replays: int, rounds: int, log) -> list[dict]
     against the float64 reference. `log(line)` reports progress."""
     import torch
 
-    from .. import _lib
+    from .. import abi
     from ..ops import DTYPE_BY_NAME, abi_params
     from ..reference import assert_close, group_norm_act_reference
     from .bench import fastest_of_rounds, kernel_launcher
@@ -271,8 +271,8 @@ def sweep(shapes, dtypes, layouts, replays: int, rounds: int, log) -> list[dict]
                 try:
                     launch()
                     torch.cuda.synchronize()
-                except _lib.TrtGnError as e:  # planned, but this GPU does not launch it (say, a cluster's size)
-                    if e.status != _lib.Status.CUDA_ERROR:
+                except abi.TrtGnError as e:  # planned, but this GPU does not launch it (say, a cluster's size)
+                    if e.status != abi.Status.CUDA_ERROR:
                         raise
                     log(f"sweep: {shape.name} {dtype_name} {layout} {spec}: left out, its launch failed: {e}")
                     del plans[spec]

@@ -9,7 +9,7 @@ PreAdd): pre_bias none, [C] or [N, C], in x's dtype or fp32; a residual or none;
 Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
 reached: the summary gives cases and failures per path, dtype and layout, and per path and pre-add
 kind, and the run fails when a path ran on fewer than --min-per-path cases of a dtype and layout,
-or a path of _lib.PRE_ADD_PATHS on fewer of a pre-add kind. Outputs (y, and sum_out) are
+or a path of abi.PRE_ADD_PATHS on fewer of a pre-add kind. Outputs (y, and sum_out) are
 NaN-poisoned before each launch (an unwritten element fails), and NaN/Inf positions must match
 exactly.
 Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments, 3 no GPU or
@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from .. import _lib
+from .. import abi
 from ..errors import EXIT_MISSING, Error
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -34,7 +34,7 @@ LAYOUTS = ("nhwc", "nchw")
 AFFINES = ("x", "fp32", "none")  # gamma/beta in x's dtype, in fp32, or absent
 ACTIVATIONS = ("silu", "none")
 EPSILONS = (0.0, 1e-6, 1e-5, 1e-3, 0.1)
-PATHS = _lib.PATHS  # the paths the summary counts: the ABI's table
+PATHS = abi.PATHS  # the paths the summary counts: the ABI's table
 # What each drawn case aims at: the size and channel counts that make a path likely. The plan the
 # library picks is what counts; the aims only spread the cases over every path's region.
 AIMS = ("clusters", "grid", "stream", "two-pass", "any")
@@ -279,12 +279,12 @@ def make_pre_add(case: Case, x, device="cuda"):
 
 def set_pre_add(params, case: Case, pre_bias, residual, sum_out) -> None:
     """Fill the pre-add fields of `params` (pointers of the tensors, None where absent); checks
-    first that the library reads them (_lib.require_pre_add)."""
+    first that the library reads them (abi.require_pre_add)."""
     from ..ops import ABI_DTYPE
 
     if pre_bias is None and residual is None:
         return
-    _lib.require_pre_add()
+    abi.require_pre_add()
     if pre_bias is not None:  # affine_dtype is the bias's too (draw_case keeps them one)
         params.affine_dtype = ABI_DTYPE[pre_bias.dtype]
     params.pre_bias = pre_bias.data_ptr() if pre_bias is not None else None
@@ -301,22 +301,22 @@ def plan_of(case: Case) -> dict:
     dtype = _torch_dtype(case.dtype)
     affine = {"x": dtype, "fp32": _torch_dtype("fp32"), "none": dtype}[case.affine]
     fake = 1 << 30  # 512-byte aligned, like the caching allocator's blocks
-    params = _lib.Params(
+    params = abi.Params(
         x=fake, y=fake * 2, n=case.n, c=case.c, h=case.h, w=case.w, num_groups=case.groups, channel_stride=case.c,
-        layout=_lib.Layout.NHWC if case.layout == "nhwc" else _lib.Layout.NCHW, dtype=ABI_DTYPE[dtype],
-        activation=_lib.ACTIVATION_BY_NAME[case.activation], epsilon=case.eps,
+        layout=abi.Layout.NHWC if case.layout == "nhwc" else abi.Layout.NCHW, dtype=ABI_DTYPE[dtype],
+        activation=abi.ACTIVATION_BY_NAME[case.activation], epsilon=case.eps,
         gamma=fake * 3 if case.affine != "none" else None, beta=fake * 4 if case.affine != "none" else None,
         affine_dtype=ABI_DTYPE[affine])
     pre = case.pre_add
     if pre:
-        _lib.require_pre_add()
+        abi.require_pre_add()
         params.pre_bias = fake * 5 if pre.bias else None
         params.pre_bias_n_stride = case.c if pre.bias == "nc" else 0
         params.residual = fake * 6 if pre.residual else None
         params.sum_out = fake * 7 if pre.sum_out else None
         if pre.bias:
             params.affine_dtype = ABI_DTYPE[_torch_dtype("fp32") if pre.bias_fp32 else dtype]
-    return _lib.describe_plan(params)
+    return abi.describe_plan(params)
 
 
 def run_case(case: Case) -> tuple[dict, str | None]:
@@ -335,11 +335,11 @@ def run_case(case: Case) -> tuple[dict, str | None]:
     sum_out = torch.empty_like(x).fill_(float("nan")) if case.pre_add.sum_out else None
     params = abi_params(x, y, weight, bias, case.groups, case.eps, case.activation, layout=case.layout)
     set_pre_add(params, case, pre_bias, residual, sum_out)
-    plan = _lib.describe_plan(params)
-    nbytes = _lib.workspace_size(params)
+    plan = abi.describe_plan(params)
+    nbytes = abi.workspace_size(params)
     # Garbage in the workspace: its content on entry must not matter.
     workspace = torch.randint(0, 256, (max(nbytes, 1),), dtype=torch.uint8, device=x.device)
-    _lib.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, torch.cuda.current_stream().cuda_stream)
+    abi.group_norm(params, workspace.data_ptr() if nbytes else None, nbytes, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
     ref = group_norm_act_reference(x, weight, bias, case.groups, case.eps, case.activation,
                                    pre_bias=pre_bias, residual=residual)
@@ -362,9 +362,9 @@ def coverage_gaps(counts: Counter, minimum: int) -> list[str]:
 
 
 def pre_add_gaps(counts: Counter, minimum: int) -> list[str]:
-    """'path pre-add: k' for every path of _lib.PRE_ADD_PATHS x pre-add kind that ran fewer than
+    """'path pre-add: k' for every path of abi.PRE_ADD_PATHS x pre-add kind that ran fewer than
     `minimum` cases; counts are keyed (path, kind)."""
-    return [f"{path} {kind}: {counts[(path, kind)]}" for path in _lib.PRE_ADD_PATHS for kind in PRE_ADD_KINDS
+    return [f"{path} {kind}: {counts[(path, kind)]}" for path in abi.PRE_ADD_PATHS for kind in PRE_ADD_KINDS
             if counts[(path, kind)] < minimum]
 
 
@@ -408,7 +408,7 @@ def _plans_only(prog: str, cases: list[Case], path: str) -> int:
     for case in cases:
         try:
             plan = plan_of(case)
-        except _lib.TrtGnError as exc:
+        except abi.TrtGnError as exc:
             plan = {"path": "error", "message": str(exc)}
         paths[plan.get("path", "?")] += 1
         records.append((case.spec(), " ".join(f"{k}={v}" for k, v in plan.items()), "planned"))
@@ -486,13 +486,13 @@ def run(args, prog: str) -> int:
     if not torch.cuda.is_available():
         raise Error("no CUDA device (torch.cuda.is_available() is False)", "run it on a machine with a CUDA GPU",
                     exit_code=EXIT_MISSING)
-    _lib.load()  # a missing or unloadable library raises _lib.LibraryError, an errors.Error (exit 3)
+    abi.load()  # a missing or unloadable library raises abi.LibraryError, an errors.Error (exit 3)
     minimum = args.min_per_path if args.min_per_path is not None else (5 if not fixed and args.cases >= 5000 else 0)
 
     rng = random.Random(args.seed)
     cases = fixed or [draw_case(RandomPick(rng), max_elements=args.max_elements, pre_add=not args.no_pre_add)
                       for _ in range(args.cases)]
-    print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {_lib.library_path()}"
+    print(f"{prog}: {len(cases)} cases on {torch.cuda.get_device_name()}, kernels {abi.library_path()}"
           + ("" if fixed else f", seed {args.seed}"), flush=True)
     if args.plans_only:
         return _plans_only(prog, cases, args.plans)
@@ -504,7 +504,7 @@ def run(args, prog: str) -> int:
     for i, case in enumerate(cases):
         try:
             plan, message = run_case(case)
-        except _lib.TrtGnError as exc:
+        except abi.TrtGnError as exc:
             plan, message = {"path": "error"}, str(exc)
         records.append((case.spec(), " ".join(f"{k}={v}" for k, v in plan.items()), "ok" if message is None else "FAIL"))
         key = (plan.get("path", "?"), case.dtype, case.layout)

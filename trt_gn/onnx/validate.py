@@ -251,10 +251,10 @@ def validate_tensorrt(fused: str | os.PathLike, *, plugin_library: str | os.Path
     if shutil.which("polygraphy") is None:
         return None, "TensorRT comparison: polygraphy is not installed"
     if plugin_library is None:
-        from .. import _lib
+        from .. import abi
 
         try:
-            plugin_library = _lib.find_plugin_library()
+            plugin_library = abi.find_plugin_library()
         except Exception as exc:  # a clear "not found" message naming the places looked in
             return None, f"TensorRT comparison: {exc}"
     if not Path(plugin_library).is_file():

@@ -47,7 +47,7 @@ class PipelineOptions:
     seed: int = 0
     opset: int = 18
     overwrite: bool = False
-    plugin_library: str | os.PathLike | None = None  # default: trt_gn._lib.find_plugin_library()
+    plugin_library: str | os.PathLike | None = None  # default: trt_gn.abi.find_plugin_library()
     progress: bool = True  # TensorRT's build progress bars
     # "auto": TensorRT where it and a GPU are here, else TensorRT-RTX where installed; or one of them
     builder: str = "auto"

@@ -107,11 +107,11 @@ def kernel_check(calls: list[dict], seed: int) -> list[dict]:
     fp32/fp16/bf16, NHWC (channels_last) and NCHW, without and with SiLU. Needs a GPU."""
     import torch
 
-    from .. import _lib
+    from .. import abi
     from .. import ops  # noqa: F401  (registers the op)
     from ..reference import assert_close, group_norm_act_reference, max_errors
 
-    _lib.load()  # a missing kernels library is the step's error, named once
+    abi.load()  # a missing kernels library is the step's error, named once
     dtypes = ops.DTYPE_BY_NAME
     distinct = sorted({(tuple(c["shape"]), c["num_groups"], c["eps"]) for c in calls})
     rows = []
@@ -297,9 +297,9 @@ def run_steps(options: PipelineOptions, stage: Path,
 
 
 def _find_plugin() -> Path:
-    from .. import _lib
+    from .. import abi
 
-    return Path(_lib.find_plugin_library())
+    return Path(abi.find_plugin_library())
 
 
 def _tensorrt_rtx_steps(options, steps: _Steps, report: dict, fused: Path, plan: Path, why_not_tensorrt: str) -> None:

@@ -242,7 +242,7 @@ class TorchModel:
     def _build(self, variant: str):
         import torch
 
-        from trt_gn import _lib
+        from trt_gn import abi
         from trt_gn.onnx import recipes
         from trt_gn.swap import swap_group_norms
 
@@ -257,7 +257,7 @@ class TorchModel:
                 from trt_gn import ops
 
                 try:
-                    _lib.load()
+                    abi.load()
                     # Chosen (and the C++ op built, where it is) now rather than by the first request.
                     self.log(f"{self.name}: trt_gn's op on CUDA: {ops.implementation()}")
                 except (OSError, FileNotFoundError) as exc:

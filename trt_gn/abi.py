@@ -1,4 +1,4 @@
-"""ctypes binding of the kernels library's C ABI (plugin_src/include/trt_gn/group_norm.h).
+"""The ABI binding: ctypes over the kernels library's C ABI (plugin_src/include/trt_gn/group_norm.h).
 
 The library is looked up, in order, at:
   1. the file named by the environment variable TRT_GN_KERNELS_LIBRARY;
@@ -191,17 +191,17 @@ def find_plugin_autoload_library(plugin_library: str | os.PathLike | None = None
 
 
 _lock = threading.Lock()
-_lib: ctypes.CDLL | None = None
+_loaded: ctypes.CDLL | None = None
 
 
 def load() -> ctypes.CDLL:
     """Load the kernels library once (thread-safe) and check its ABI version."""
-    global _lib
-    if _lib is not None:
-        return _lib
+    global _loaded
+    if _loaded is not None:
+        return _loaded
     with _lock:
-        if _lib is not None:
-            return _lib
+        if _loaded is not None:
+            return _loaded
         path = find_kernels_library()
         try:
             lib = ctypes.CDLL(str(path))
@@ -232,7 +232,7 @@ def load() -> ctypes.CDLL:
         lib.trtgn_kernels_ptx_arch.argtypes = [ctypes.POINTER(ctypes.c_int)]
         lib.trtgn_kernels_ptx_arch.restype = ctypes.c_int
         lib.trtgn_path = str(path)
-        _lib = lib
+        _loaded = lib
         return lib
 
 
