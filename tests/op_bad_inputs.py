@@ -58,12 +58,14 @@ def bad_cases(device: str) -> list[tuple]:
     return cases
 
 
-def outcomes(cases) -> list:
-    """[exception type name, message] of each call (None where it returned)."""
+def outcomes(cases, op=None) -> list:
+    """[exception type name, message] of each call of `op` (default group_norm_act; None where it
+    returned)."""
+    op = op or torch.ops.trt_gn.group_norm_act
     results = []
     for args in cases:
         try:
-            torch.ops.trt_gn.group_norm_act(*args)
+            op(*args)
             results.append(None)
         except Exception as e:  # noqa: BLE001 - every exception is compared by type and message
             results.append([type(e).__name__, str(e)])
@@ -123,12 +125,5 @@ def bad_add_cases(device: str) -> list[tuple]:
 
 
 def add_outcomes(cases) -> list:
-    """[exception type name, message] of each group_norm_act_add call (None where it returned)."""
-    results = []
-    for args in cases:
-        try:
-            torch.ops.trt_gn.group_norm_act_add(*args)
-            results.append(None)
-        except Exception as e:  # noqa: BLE001 - every exception is compared by type and message
-            results.append([type(e).__name__, str(e)])
-    return results
+    """outcomes() of group_norm_act_add."""
+    return outcomes(cases, torch.ops.trt_gn.group_norm_act_add)
