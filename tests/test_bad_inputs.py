@@ -448,8 +448,8 @@ CLI_CASES = {
                          "is False)", needs="no-gpu"),
     # fuzz
     "fuzz-bad-case": Case(["fuzz", "--case", "1,2,3"], _everything, BAD,
-                          "trt-gn fuzz: error: --case: a case has 13 or 14 comma-separated fields (N,C,H,W,G,dtype,"
-                          "layout,affine,act,eps,scale,offset,seed[,special]), got 3"),
+                          "trt-gn fuzz: error: --case: a case has 13 to 15 comma-separated fields (N,C,H,W,G,dtype,"
+                          "layout,affine,act,eps,scale,offset,seed[,special[,pre-add]]), got 3"),
     "fuzz-plans-only-alone": Case(["fuzz", "--plans-only"], _everything, BAD,
                                   "trt-gn fuzz: error: --plans-only needs --plans CSV"),
     "fuzz-plans-is-a-folder": Case(["fuzz", "--plans", "repo"], _empty_repository, BAD,
