@@ -7,7 +7,8 @@
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # suite: the README's test command, whole; its summary line and every failure, error and skip
-# with its reason in $OUT/suite-summary.txt (SUITE_TIMEOUT, default 480 s; SUITE_ARGS adds options).
+# with its reason in $OUT/suite-summary.txt (SUITE_TIMEOUT, default 480 s; SUITE_ARGS adds options;
+# SUITE_PART=K/N runs the K-th of N parts of its test files, for device calls of limited length).
 # fuzz: FUZZ_SEEDS (default 1 2 3) x FUZZ_CASES (default 10000) random cases.
 # plans: the old variant's plans against the working tree's on the fuzz cases (described, not run).
 # ab: trt_gn/lab/ab.py, the old variant against the working tree, on the shape list (AB_ARGS adds
@@ -73,12 +74,23 @@ for s in $stages; do
       # line), with failures and errors listed beside its skips.
       read -ra cmd <<<"$(awk '/^## Test$/ {t = 1} t && /^```bash$/ {getline; print; exit}' README.md)"
       [ "${cmd[*]:0:4}" = "python3 -P -m pytest" ] || { echo "suite: no test command in README.md"; rc=1; continue; }
+      if [ -n "${SUITE_PART:-}" ]; then
+        # SUITE_PART=K/N: the K-th of N parts, every N-th test file from the K-th (sorted), in place of
+        # the command's folder, so that the whole suite fits device calls of limited length.
+        if ! [[ $SUITE_PART =~ ^([1-9][0-9]*)/([1-9][0-9]*)$ ]] || [ "${BASH_REMATCH[1]}" -gt "${BASH_REMATCH[2]}" ] \
+            || [ "${cmd[-1]}" != tests ]; then
+          echo "suite: SUITE_PART=$SUITE_PART: give K/N with 1 <= K <= N, for a command that ends in 'tests'"; rc=1; continue
+        fi
+        mapfile -t files < <(find tests -name 'test_*.py' | sort \
+          | awk -v k="${BASH_REMATCH[1]}" -v n="${BASH_REMATCH[2]}" '(NR - 1) % n == k - 1')
+        cmd=("${cmd[@]:0:${#cmd[@]}-1}" "${files[@]}")
+      fi
       t0=$(date +%s)
       # shellcheck disable=SC2086  # SUITE_ARGS: options, split as words
       timeout "${SUITE_TIMEOUT:-480}" "${cmd[@]}" -rfEs -p no:cacheprovider ${SUITE_ARGS:-} >"$OUT/suite.log" 2>&1
       suite_rc=$?
       {
-        echo "\$ ${cmd[*]} -rfEs -p no:cacheprovider ${SUITE_ARGS:-}"
+        echo "\$ ${cmd[*]} -rfEs -p no:cacheprovider ${SUITE_ARGS:-}${SUITE_PART:+  (part $SUITE_PART)}"
         python3 -c "import sys, numpy, onnx, torch; print(f'python {sys.version.split()[0]}, torch {torch.__version__},'
                     f' onnx {onnx.__version__}, numpy {numpy.__version__}')" 2>&1
         if [ $suite_rc -eq 124 ]; then
