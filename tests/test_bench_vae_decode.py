@@ -258,6 +258,40 @@ def test_breakdown_arithmetic():
         vae.kernel_breakdown([], calls=0)
 
 
+def test_gaps_inside_calls_by_the_kind_after_them():
+    # two calls of: conv 0-100, gap 10, trt_gn 110-150, gap 5 (overlapped by nothing), Inductor 155-165;
+    # a second stream's record inside the conv leaves no gap; the calls start 1000 us apart
+    def timed(name, ts, dur):
+        return {**event(name, dur), "ts": ts}
+    events = []
+    for t0 in (1000.0, 0.0):  # out of order in the trace
+        events += [timed("sm90_xmma_fprop_implicit_gemm", t0, 100.0), timed("cudnn_side_stream_kernel", t0 + 20, 30.0),
+                   timed("void trtgn::(anonymous namespace)::gnFusedNHWC<__half, 8>(ClusterArgs)", t0 + 110, 40.0),
+                   timed("triton_poi_fused_add_1", t0 + 155, 10.0)]
+    b = vae.kernel_breakdown(events, calls=2)
+    assert b.gap_us == {**{k: 0.0 for k, _ in vae.KINDS}, "trt_gn": 20.0, "other": 10.0}
+    assert b.gap_count == {**{k: 0 for k, _ in vae.KINDS}, "trt_gn": 2, "other": 2}
+    row = vae.Row("512x512", "sd15-vae-decoder", "1x4x64x64", "fp16", "trt_gn torch.compile channels_last",
+                  0.2, 0.2, 0.2, 20)
+    row.add_breakdown(b)
+    assert row.gaps_ms == pytest.approx(0.015)
+    assert row.trt_gn_kernels == "gnFusedNHWC<__half, 8>(ClusterArgs) x1 0.040 ms"
+    assert vae.summary_lines([row])[-2] == ("512x512 trt_gn torch.compile channels_last: trt_gn kernels a call: "
+                                            f"{row.trt_gn_kernels}")
+    assert row.gaps_by_kind == ("before trt_gn 0.010 ms (1 gaps, 10.0 us each); before other pointwise/reduction "
+                                "0.005 ms (1 gaps, 5.0 us each); most after: gnFusedNHWC<__half, 8>(ClusterArgs) 10 us, "
+                                "triton_poi_fused_add_1 5 us")
+    assert vae.summary_lines([row])[-1] == (f"512x512 trt_gn torch.compile channels_last: GPU idle inside a call in the "
+                                            f"profiled pass 0.015 ms: {row.gaps_by_kind}")
+    # 5 records cannot be 2 equal calls: no call boundaries, no gaps
+    uneven = vae.kernel_breakdown(events[:5], calls=2)
+    assert uneven.gap_us is None
+    row.add_breakdown(uneven)
+    row.gaps_ms = None
+    assert vae.summary_lines([row])[-1] == ("512x512 trt_gn torch.compile channels_last: its profiled records do not "
+                                            "split into equal calls, so its GPU idle inside a call is not known")
+
+
 def profiled_rows():
     """Stock and trt_gn at one size, default and reduce-overhead; the reduce-overhead trt_gn variant's profile
     shows no graph launch and half the kernels of its default-mode twin."""

@@ -145,6 +145,13 @@ class Breakdown:
     graph_launches: int = 0  # CUDA graph launches from the host
     us: dict[str, float] = field(default_factory=lambda: {k: 0.0 for k, _ in KINDS})
     unclassified: dict[str, float] = field(default_factory=dict)  # name -> microseconds
+    # Gaps inside a call: the GPU idle between one record's end (the latest so far) and the next
+    # record's start, charged to the kind of the record after it; None where the records do not
+    # split into `calls` equal calls (so call boundaries are unknown).
+    gap_us: dict[str, float] | None = None
+    gap_count: dict[str, int] | None = None
+    gap_names: dict[str, float] | None = None  # name of the record after a gap -> microseconds
+    trt_gn_names: dict[str, list[float]] = field(default_factory=dict)  # trt_gn kernel -> [launches, us]
 
     @property
     def kernel_us(self) -> float:
@@ -161,16 +168,36 @@ def kernel_breakdown(events: list[dict], calls: int) -> Breakdown:
     if calls < 1:
         raise ValueError(f"calls must be >= 1, got {calls}")
     b = Breakdown(calls)
+    records = []  # (start, duration, kind, name) of each GPU record
     for e in events:
         cat, name = e.get("cat"), e.get("name", "")
         if cat in KERNEL_CATEGORIES and "dur" in e:
             kind = classify_kernel(name)
             b.us[kind] += float(e["dur"])
             b.kernels += 1
+            records.append((float(e["ts"]), float(e["dur"]), kind, name))
             if kind == "unclassified":
                 b.unclassified[name] = b.unclassified.get(name, 0.0) + float(e["dur"])
+            elif kind == "trt_gn":
+                count_us = b.trt_gn_names.setdefault(name, [0, 0.0])
+                count_us[0] += 1
+                count_us[1] += float(e["dur"])
         elif cat in ("cuda_runtime", "cuda_driver") and GRAPH_LAUNCH.search(name):
             b.graph_launches += 1
+    if records and len(records) % calls == 0:
+        # The calls run one after another and launch the same records, so the k-th slice of the
+        # records in time order is the k-th call; the gaps between slices are the host's, not a call's.
+        records.sort()
+        per_call = len(records) // calls
+        b.gap_us, b.gap_count, b.gap_names = {k: 0.0 for k, _ in KINDS}, {k: 0 for k, _ in KINDS}, {}
+        for first in range(0, len(records), per_call):
+            end = records[first][0] + records[first][1]
+            for start, dur, kind, name in records[first + 1:first + per_call]:
+                if start > end:
+                    b.gap_us[kind] += start - end
+                    b.gap_count[kind] += 1
+                    b.gap_names[name] = b.gap_names.get(name, 0.0) + start - end
+                end = max(end, start + dur)
     return b
 
 
@@ -207,6 +234,9 @@ class Row:
     unclassified_share: float | None = None  # of the kernel time
     kernels_per_call: float | None = None
     graph_launches_per_call: float | None = None
+    gaps_ms: float | None = None  # GPU idle inside a call, in the profiled pass
+    gaps_by_kind: str | None = None  # that idle by the kind of the record after each gap
+    trt_gn_kernels: str | None = None  # trt_gn's kernels by name: launches and ms a call, most time first
 
     def add_breakdown(self, b: Breakdown) -> None:
         self.profiled_calls = b.calls
@@ -217,6 +247,25 @@ class Row:
         self.unclassified_share = b.us["unclassified"] / b.kernel_us if b.kernel_us else 0.0
         self.kernels_per_call = b.kernels / b.calls
         self.graph_launches_per_call = b.graph_launches / b.calls
+        if b.trt_gn_names:
+            ranked = sorted(b.trt_gn_names.items(), key=lambda kv: -kv[1][1])
+            self.trt_gn_kernels = "; ".join(f"{_short(n)} x{c / b.calls:.0f} {us / b.calls / 1000.0:.3f} ms"
+                                            for n, (c, us) in ranked)
+        if b.gap_us is not None:
+            self.gaps_ms = sum(b.gap_us.values()) / b.calls / 1000.0
+            kinds = sorted((k for k in b.gap_us if b.gap_count[k]), key=lambda k: -b.gap_us[k])
+            parts = [f"before {KIND_LABEL[k]} {b.gap_us[k] / b.calls / 1000.0:.3f} ms "
+                     f"({b.gap_count[k] / b.calls:.0f} gaps, {b.gap_us[k] / b.gap_count[k]:.1f} us each)" for k in kinds]
+            worst = sorted(b.gap_names.items(), key=lambda kv: -kv[1])[:3]
+            parts.append("most after: " + ", ".join(f"{_short(n)} {us / b.calls:.0f} us" for n, us in worst))
+            self.gaps_by_kind = "; ".join(parts)
+
+
+def _short(name: str, width: int = 60) -> str:
+    """A kernel name without "void " and trt_gn's namespaces, cut to `width` characters (template
+    arguments kept: they tell a kernel's variants apart)."""
+    name = re.sub(r"^void |trtgn::(\(anonymous namespace\)::)?", "", name)
+    return name if len(name) <= width else name[:width - 3] + "..."
 
 
 class Progress:
@@ -344,6 +393,15 @@ def summary_lines(rows: list[Row]) -> list[str]:
         out.append(f"unclassified kernel time: {share:.2%} of all profiled kernel time"
                    + (f" (most in {worst.resolution} {worst.variant}: {worst.unclassified_ms:.3f} ms a call)"
                       if unclassified else ""))
+    for r in profiled:
+        if r.trt_gn_kernels:
+            out.append(f"{r.resolution} {r.variant}: trt_gn kernels a call: {r.trt_gn_kernels}")
+        if r.gaps_ms:
+            out.append(f"{r.resolution} {r.variant}: GPU idle inside a call in the profiled pass {r.gaps_ms:.3f} ms: "
+                       f"{r.gaps_by_kind}")
+        elif r.gaps_ms is None:
+            out.append(f"{r.resolution} {r.variant}: its profiled records do not split into equal calls, so its GPU "
+                       "idle inside a call is not known")
     for r in profiled:
         if r.mode in (None, "default"):
             continue
