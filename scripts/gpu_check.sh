@@ -3,7 +3,7 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host] [sweep]
+#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host] [sweep] [preadd]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # suite: the README's test command, whole; its summary line and every failure, error and skip
@@ -18,6 +18,7 @@
 # to be carried), or AB_OLD, a git revision (needs .git), a folder or a built .so.
 # host: the op's host time per call against stock PyTorch's (trt_gn/lab/host_overhead.py), with its
 # C++ implementation (built for this torch first) and with its Python one.
+# preadd: the pre-add against the separate pass it replaces (trt_gn/lab/pre_add.py).
 # sweep: the cost model's sweep (trt_gn/lab/costmodel.py) on a debug build of the kernels
 # (build-gpu-debug, -DTRT_GN_DEBUG_PLANS=ON): $OUT/sweep.csv, and the fit of it (SWEEP_ARGS adds options).
 #
@@ -213,6 +214,11 @@ PY
           python3 -m trt_gn.lab.costmodel sweep --out "$OUT/sweep.csv" ${SWEEP_ARGS:-} 2>&1 | tee "$OUT/sweep.log" | tail -4 \
         || { rc=1; continue; }
       python3 -m trt_gn.lab.costmodel fit "$OUT/sweep.csv" 2>&1 | tee "$OUT/fit.log" | tail -13 || rc=1 ;;
+    preadd)
+      # trt_gn/lab/pre_add.py: the pre-add against the separate pass it replaces, per shape and kind
+      # (PREADD_ARGS adds options): $OUT/pre_add.{csv,log}.
+      timeout ${PREADD_TIMEOUT:-400} python3 -m trt_gn.lab.pre_add --out "$OUT/pre_add.csv" ${PREADD_ARGS:-} 2>&1 \
+        | tee "$OUT/pre_add.log" | grep -v "^\[" || rc=1 ;;
     vae)
       # trt_gn/lab/vae_decode.py, one run each of VAE_RUNS (default: the 512 and 1024 VAE decodes and
       # the SD 1.5 UNet step), every variant eager, torch.compile and reduce-overhead, timed then

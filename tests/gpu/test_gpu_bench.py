@@ -80,3 +80,21 @@ def test_ab_kernels_two_variants(tmp_path):
     assert all(r["case"] == "sd15-unet-1280x8 fp16 nhwc" and r["check"] == "ok" for r in rows)
     assert all(float(r["us_per_launch"]) > 0 and float(r["copy_us"]) > 0 for r in rows)
     assert "sd15-unet-1280x8 fp16 nhwc" in proc.stdout and proc.stdout.rstrip().endswith(str(tmp_path / "ab.csv"))
+
+
+def test_pre_add_against_the_separate_pass(tmp_path, capsys):
+    from trt_gn.lab import pre_add
+
+    out_csv = tmp_path / "pre_add.csv"
+    assert pre_add.main(["--shapes", "sd15-unet-1280x8", "--layouts", "nhwc,nchw", "--rounds", "1",
+                         "--out", str(out_csv)]) == 0
+    assert "| sd15-unet-1280x8 | fp16 | nhwc | bias+residual |" in capsys.readouterr().out
+    with open(out_csv) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["layout"], r["kind"]) for r in rows] == [(lay, k) for lay in ("nhwc", "nchw") for k in pre_add.KINDS]
+    for r in rows:
+        assert all(float(r[k]) > 0 for k in ("copy_us", "plain_us", "fused_us", "separate_us", "add_us"))
+        # fp16, randn data: the separate pass rounds s (|s| < 8) once, 2^-11 * 8 = 0.004, which the
+        # normalisation (group std about 1.7) and gamma (|gamma| < 4.5) carry to about 0.011; each y
+        # rounds once more, half an ulp of |y| < 32 apiece: 0.016 together. 0.05 bounds the sum.
+        assert float(r["max_abs_diff"]) < 0.05, r
