@@ -7,6 +7,7 @@
   profile        python -m trt_gn.lab.profile: the kernels over the shape list, for Nsight Compute
   host_overhead  python -m trt_gn.lab.host_overhead: the op's host time per call vs stock PyTorch
   vae_decode     python -m trt_gn.lab.vae_decode: end-to-end VAE decode, stock vs trt_gn
+  pre_add        python -m trt_gn.lab.pre_add: the pre-add vs the separate pass it replaces
   triton_load    python -m trt_gn.lab.triton_load: a local Triton server under load and faults
   costmodel      python -m trt_gn.lab.costmodel: the planner's cost model swept on a GPU and refitted
   shapes         the benchmark shape list
