@@ -122,7 +122,8 @@ def time_case(shape, dtype: str, layout: str, kind: str, replays: int, rounds: i
     residual = tensor(*shape.size).contiguous(memory_format=fmt) if "residual" in kind else None
     y_fused, s_fused = torch.empty_like(x), (torch.empty_like(x) if residual is not None else None)
     s_sep, y_sep, copy_out = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
-    w, b, pb, _ = affine_for_abi(x, weight, bias, pre_bias)
+    w, b, *rest = affine_for_abi(x, weight, bias, pre_bias)
+    pb = rest[0] if pre_bias is not None else None
 
     params = abi_params(x, y_fused, w, b, shape.groups, shape.eps, "silu", layout=layout, pre_bias=pb,
                         residual=residual, sum_out=s_fused)
