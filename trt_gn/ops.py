@@ -10,8 +10,9 @@ x's dtype or float32, or None. activation: one of trt_gn.spec.ACTIVATIONS.
     group_norm_act_add(Tensor x, Tensor? weight, Tensor? bias, int num_groups, float eps, str activation,
                        Tensor? pre_bias, Tensor? residual, bool write_sum) -> (Tensor y, Tensor s)
 
-The pre-add form: s = x + pre_bias[n, c] + residual (computed in fp32), y = act(GroupNorm(s) * weight
-+ bias), the statistics those of s. pre_bias: [C] or [N, C] (e.g. a convolution's bias plus a time
+The pre-add form: s = x + pre_bias[n, c] + residual, computed in fp32 and rounded once to x's dtype,
+y = act(GroupNorm(s) * weight + bias), the statistics those of s: the s an unfused model would
+normalise, and the one returned. pre_bias: [C] or [N, C] (e.g. a convolution's bias plus a time
 embedding), x's dtype or float32; residual: x's shape and dtype, any layout (made to match x's); at
 least one of the two. s is returned rounded once to x's dtype, with x's shape and memory format, where
 write_sum is True, else as an empty tensor (numel 0). Its own op, so group_norm_act's schema (ONNX
@@ -38,7 +39,7 @@ import torch
 
 from . import _cpp_op, abi, spec
 from .errors import first_line
-from .reference import group_norm_act_add_reference, group_norm_act_reference
+from .reference import group_norm_act_reference, sum_reference
 
 OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_OP_NAME}"
 ADD_OP_NAME = f"{spec.TORCH_NAMESPACE}::{spec.TORCH_ADD_OP_NAME}"
@@ -247,10 +248,11 @@ def _group_norm_act_add(
         raise NotImplementedError(f"{spec.TORCH_ADD_OP_NAME}: x is on {x.device}; trt_gn runs on CPU and CUDA devices")
     x, y, s = _add_outputs(x, write_sum)
     if x.numel() > 0:
-        ref_y, ref_s = group_norm_act_add_reference(x, weight, bias, num_groups, eps, activation, pre_bias, residual)
-        y.copy_(ref_y)  # one rounding of the float64 results each
+        # s rounded once to x's dtype, and y of that s (as the CUDA kernels), each rounded once
+        s_rounded = sum_reference(x, pre_bias, residual).to(x.dtype)
+        y.copy_(group_norm_act_reference(s_rounded, weight, bias, num_groups, eps, activation))
         if write_sum:
-            s.copy_(ref_s)
+            s.copy_(s_rounded)
     return y, s
 
 

@@ -45,16 +45,18 @@ _SMALLEST_SUBNORMAL = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133, torch
 # near zero but its error is not (fp32 outputs of inputs of mean -50 err by ~1e-6 near 1e-7).
 #
 # The pre-add. The kernels form s~ = fl(fl(x + b) + r) in fp32 from the dtype's (or fp32) values of
-# x, pre_bias b and residual r, with m <= 2 roundings (one per term present), and then treat s~ as
-# the input above. With A = |x| + |b| + |r| (magnitudes before cancellation):
+# x, pre_bias b and residual r, with m <= 2 roundings (one per term present), round it once to the
+# dtype (s^: what sum_out holds, and what an unfused model would normalise; s^ = s~ in fp32), and
+# then treat s^ as the input above. With A = |x| + |b| + |r| (magnitudes before cancellation):
 #  - |s~ - s| <= gamma_m A, gamma_m = m u / (1 - m u) (Higham, Lemma 3.1);
-#  - sum_out = s~ rounded once to the dtype: tol_s = gamma_m A (fp32: s~ is stored as is), and in
-#    16 bits plus half an ulp of |s| + gamma_m A, as for y;
-#  - y: the rule above holds for s~ (xh, z of s~ lie within O(u) of those of s), plus the effect of
-#    the perturbation d_i = s~_i - s_i on z_j = (s_j - mean) rstd gamma + beta. To first order,
+#  - sum_out = s^: tol_s = gamma_m A (fp32), and in 16 bits plus half an ulp of |s| + gamma_m A, as
+#    for y;
+#  - y: the rule above holds for s^ (xh, z of s^ lie within O(u) of those of s), plus the effect of
+#    the perturbation d_i = s^_i - s_i on z_j = (s_j - mean) rstd gamma + beta. To first order,
 #    dz_j = gamma rstd (d_j - mean(d) - xh_j mean(xh d)), and |mean(xh d)| <= rms(d) (Cauchy-Schwarz,
 #    mean(xh^2) <= 1), so |dz_j| <= |gamma| rstd (|d_j| + mean|d| + |xh_j| rms(d)), over the group,
-#    with |d_i| <= gamma_m A_i. Like the other terms of z it is scaled by 1.1 under SiLU.
+#    with |d_i| <= gamma_m A_i, plus in 16 bits the rounding to the dtype, half an ulp of
+#    |s_i| + gamma_m A_i. Like the other terms of z it is scaled by 1.1 under SiLU.
 _U32 = 2.0**-24
 _C_SUM = 80.0  # lam * sqrt(R)
 
@@ -144,7 +146,10 @@ def group_norm_act_reference(
     xh = centered * rstd
     pre_err = None
     if m:
-        d = _gamma(m) * mag.reshape(n, num_groups, -1)  # bounds of |s~ - s|
+        d = _gamma(m) * mag  # bounds of |s~ - s|
+        if x.dtype in (torch.float16, torch.bfloat16):  # and of the rounding of s~ to x's dtype
+            d = d + _half_ulp(s.abs() + d, x.dtype)
+        d = d.reshape(n, num_groups, -1)
         spread = d + d.mean(dim=-1, keepdim=True) + xh.abs() * (d * d).mean(dim=-1, keepdim=True).sqrt()
         pre_err = (rstd * spread).reshape(n, c, h, w)
     xh_first = xh[..., :1].expand_as(xh).reshape(n, c, h, w)
@@ -189,6 +194,14 @@ def _values_and_terms(ref) -> tuple[torch.Tensor, torch.Tensor]:
     return ref, terms
 
 
+def _half_ulp(mag: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Half an ulp in `dtype` (16 bits) of values of magnitude up to `mag` (float64): the most that
+    rounding such a value to `dtype` moves it."""
+    tiny = _SMALLEST_SUBNORMAL[dtype]
+    exponent = torch.floor(torch.log2(mag.clamp_min(tiny)))
+    return 0.5 * torch.exp2(exponent - _MANTISSA_BITS[dtype]).clamp_min(tiny)
+
+
 def tolerance(ref, dtype: torch.dtype) -> torch.Tensor:
     """Allowed |out - ref| per element for an output of `dtype`: the rule above.
 
@@ -200,11 +213,7 @@ def tolerance(ref, dtype: torch.dtype) -> torch.Tensor:
         return terms
     if dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(f"no tolerance defined for {dtype}")
-    tiny = _SMALLEST_SUBNORMAL[dtype]
-    mag = values.abs() + terms
-    exponent = torch.floor(torch.log2(mag.clamp_min(tiny)))
-    ulp = torch.exp2(exponent - _MANTISSA_BITS[dtype]).clamp_min(tiny)
-    return terms + 0.5 * ulp
+    return terms + _half_ulp(values.abs() + terms, dtype)
 
 
 def assert_close(out: torch.Tensor, ref, dtype: torch.dtype | None = None, what: str = "") -> None:

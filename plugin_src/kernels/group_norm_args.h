@@ -29,8 +29,8 @@ inline bool vectorSpansAtMostTwoGroups(int64_t cpg, int vec) {
 }
 
 // The pre-add (ABI 4): s = (x + bias[n, c]) + residual, in fp32, in this
-// order everywhere, so that every block and kernel computes the same s (a
-// group's shift k is its first s). Kernels take it as a compile-time flag
+// order everywhere, rounded once to the dtype (preSum), so that every block
+// and kernel computes the same s (a group's shift k is its first s). Kernels take it as a compile-time flag
 // kPre and then an argument struct with a PreAdd appended (ArgsWith): the
 // plain kernels keep their argument structs, byte for byte. (Growing a
 // struct of 128 bytes changed the plain kernels' code: NVVM then read the

@@ -188,11 +188,16 @@ __device__ __forceinline__ float loadAffine(const void* p, int64_t c, bool fp32,
 }
 
 // ------------------------------------------------------------ pre-add ----
-// s = (x + bias[n, c]) + residual in fp32 (PreAdd, group_norm_args.h): one
-// order everywhere, so that every kernel and block computing an element's s
-// gets the same value (the group's shift k, the first element's s, is
-// computed by several).
-__device__ __forceinline__ float preSum(float x, float b, float r) { return (x + b) + r; }
+// s = (x + bias[n, c]) + residual in fp32, rounded once to T (PreAdd,
+// group_norm_args.h): one order everywhere, so that every kernel and block
+// computing an element's s gets the same value (the group's shift k, the
+// first element's s, is computed by several). The statistics and y are of
+// this s, the one sum_out holds (and an unfused model would normalise), so
+// s can be read back from sum_out or held in a tile of T.
+template <typename T>
+__device__ __forceinline__ float preSum(float x, float b, float r) {
+    return toFloat<T>(fromFloat<T>((x + b) + r));
+}
 
 // The pre-add with its residual and sum_out moved `off` elements on.
 template <typename T>
@@ -212,7 +217,7 @@ __device__ __forceinline__ float preBiasAt(const PreAdd& p, int64_t n, int64_t c
 template <typename T>
 __device__ __forceinline__ float preSumAt(const T* x, const PreAdd& p, int64_t off, float b) {
     const float r = p.residual != nullptr ? toFloat<T>(static_cast<const T*>(p.residual)[off]) : 0.f;
-    return preSum(toFloat<T>(x[off]), b, r);
+    return preSum<T>(toFloat<T>(x[off]), b, r);
 }
 
 // The residual's vector at offset `off` (zeros without a residual).
@@ -229,7 +234,7 @@ template <typename T, int VEC>
 __device__ __forceinline__ void preSumVec(const Raw<T, VEC>& d, const Raw<T, VEC>& rv, const float (&b)[VEC],
                                           float (&s)[VEC]) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) s[e] = preSum(d.get(e), b[e], rv.get(e));
+    for (int e = 0; e < VEC; ++e) s[e] = preSum<T>(d.get(e), b[e], rv.get(e));
 }
 
 // s of x's vector d at element offset off (of x, the residual and sum_out, as

@@ -186,11 +186,20 @@ __device__ __forceinline__ void withResiduals(int64_t first, int64_t end, int64_
     }
 }
 
-// Writes fp32 s over the tile's vector i (fp32 pre-adds; the thread's own
-// vector, which only it reads again).
-__device__ __forceinline__ void storeTileVec(unsigned char* tile, int64_t i, const float (&s)[4]) {
-    reinterpret_cast<uint4*>(tile)[i] =
-        make_uint4(__float_as_uint(s[0]), __float_as_uint(s[1]), __float_as_uint(s[2]), __float_as_uint(s[3]));
+// Writes s over the tile's vector i (the thread's own vector, which only it
+// reads again); s is of T already (preSum), so the tile holds it exactly.
+template <typename T>
+__device__ __forceinline__ void storeTileVec(unsigned char* tile, int64_t i, const float (&s)[kVec16<T>]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if constexpr (sizeof(T) == 4) {
+            w[k] = __float_as_uint(s[k]);
+        } else {
+            w[k] = floatToBits<T>(s[2 * k]) | (floatToBits<T>(s[2 * k + 1]) << 16);
+        }
+    }
+    reinterpret_cast<uint4*>(tile)[i] = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // A pre-add's pair of loaded vectors: x's and the residual's.
@@ -371,16 +380,11 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
     float s1[VEC], s2[VEC];
     // The pre-add (kPre). The head's rows are read twice, as x's are: once
     // for the sums, where s is formed and written to sum_out, and again,
-    // after the barrier, for the apply. There s is formed again from x and
-    // the residual, both read again (mostly from L2, in reverse): a 16-bit
-    // sum_out is s rounded to 16 bits, and y must be of the s the sums saw
-    // (half an ulp of |s| is 2^-9 |mean| / std of the output where |mean| >>
-    // std). In fp32 with sum_out, sum_out is that s exactly: the head's s is
-    // read back from there, one read where x and the residual are two. The
-    // tile's rows: fp32 s is written over the tile's x (the thread's own
-    // vector) and read there; 16 bits form it again from the tile's x and
-    // the residual, read a second time. k is the group's first s, kt the
-    // thread's first.
+    // after the barrier, for the apply: s read back from sum_out (the s the
+    // sums saw: one read where x and the residual are two), or without one,
+    // formed again from x and the residual (mostly from L2, in reverse).
+    // The tile's rows: s is written over the tile's x (the thread's own
+    // vector) and read there. k is the group's first s, kt the thread's first.
     [[maybe_unused]] PreAdd preI{};  // from the thread's vector of the image's pixel 0
     [[maybe_unused]] float pb[VEC], kPreK[VEC];
     if constexpr (kPre) preI = preAt<T>(a.pre, imageBase + c0);
@@ -431,7 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
         for (int j = 0; j < VEC; ++j) {
             if constexpr (kPre) {
                 k[j] = kPreK[j];
-                kt[j] = preSum(f.get(j), pb[j], firstRes.get(j));
+                kt[j] = preSum<T>(f.get(j), pb[j], firstRes.get(j));
             } else {
                 k[j] = bitsToFloat<T>(kBits[j]);
                 kt[j] = f.get(j);
@@ -460,14 +464,14 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
             s2[j] = fmaf(dj, dj, s2[j]);
         }
     };
-    // kPre: tile row r (fp32: s written over it).
+    // kPre: tile row r (s written over it).
     [[maybe_unused]] auto accumulateTileRow = [&](int64_t r, const Raw<T, VEC>& rv) {
         wait.until(r);
         Raw<T, VEC> v;
         v.s = tv[r * V + col];
         float sv[VEC];
         accumulatePre(v, rv, (tile0 + r) * a.c, sv);
-        if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
+        storeTileVec<T>(tile, r * V + col, sv);
     };
     if (active) {
         if constexpr (kPre) {
@@ -649,7 +653,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
         auto between = [&] {
             for (int64_t e = 0; e < n && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
         };
-        // kPre: y of x's d and the residual's rv at pixel p (s formed again).
+        // kPre without sum_out: y of x's d and the residual's rv at pixel p (s formed again).
         [[maybe_unused]] auto emitPre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& rv, int64_t p) {
             float sv[VEC];
             preSumVec<T, VEC>(d, rv, pb, sv);
@@ -664,28 +668,16 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
             }
             storeVec<T, VEC, Cache::kStreaming>(y + p * a.c, o);
         };
-        // kPre: tile row r, 16 bits (fp32 tiles hold s: emit).
-        [[maybe_unused]] auto emitTilePre = [&](int64_t r) {
-            Raw<T, VEC> v;
-            v.s = tv[r * V + col];
-            emitPre(v, loadResidual<T, VEC, Cache::kStreaming>(preI, (tile0 + r) * a.c), tile0 + r);
-        };
         if constexpr (kPre) {
             const int64_t nPre = perBatch<kPreStreamUnroll>(items, rowsKept);
             auto betweenPre = [&] {
-                for (int64_t e = 0; e < nPre && r < kept; ++e, r += rowsPerPass) {
-                    if constexpr (sizeof(T) == 4) {
-                        emit(tv[r * V + col], tile0 + r);
-                    } else {
-                        emitTilePre(r);
-                    }
-                }
+                for (int64_t e = 0; e < nPre && r < kept; ++e, r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
             };
             const T* sums = static_cast<const T*>(preI.sum);
-            if (sizeof(T) == 4 && sums != nullptr) {
+            if (sums != nullptr) {
                 const uint4* sv = reinterpret_cast<const uint4*>(sums);  // the thread's vector of pixel 0
-                streamItems<kPreStreamUnroll>(
-                    items, [&](int64_t q) { return __ldcs(&sv[headFirst + (last - q) * headStep]); }, use, betweenPre);
+                streamItems<kApplyUnroll>(
+                    items, [&](int64_t q) { return __ldcs(&sv[headFirst + (last - q) * headStep]); }, use, between);
             } else {
                 streamItems<kPreStreamUnroll>(
                     items,
@@ -697,26 +689,13 @@ __global__ void __launch_bounds__(kThreads, 1) gnStreamNHWC(ArgsWith<kPre, GridA
                     },
                     betweenPre);
             }
-            // The rest of the tile.
-            if constexpr (sizeof(T) == 4) {
-                for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
-            } else {
-                withResiduals<kPreStreamUnroll, T, Cache::kStreaming>(
-                    r, kept, rowsPerPass, preI, [&](int64_t ru) { return (tile0 + ru) * a.c; },
-                    [&](int64_t ru, const Raw<T, VEC>& rv) {
-                        Raw<T, VEC> v;
-                        v.s = tv[ru * V + col];
-                        emitPre(v, rv, tile0 + ru);
-                    });
-            }
         } else if constexpr (kAhead) {
             streamItemsAhead<kApplyUnroll>(items, load, use, between);
         } else {
             streamItems<kApplyUnroll>(items, load, use, between);
         }
-        if constexpr (!kPre) {
-            for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
-        }
+        // The rest of the tile (kPre: s is there).
+        for (; r < kept; r += rowsPerPass) emit(tv[r * V + col], tile0 + r);
     }
 #endif
 }
@@ -847,9 +826,8 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridA
         PieceWaiter wait{bars, a.pieceLen};
         if constexpr (kPre) {
             // s of each row once its piece has landed, the residual's vectors
-            // loaded kPreRows rows ahead; to sum_out, and in fp32 back into the
-            // tile (the thread's own vector: the apply reads s there; a 16-bit
-            // tile would round it, so 16 bits form s again in the apply).
+            // loaded kPreRows rows ahead; to sum_out, and back into the tile
+            // (the thread's own vector: the apply reads s there).
             withResiduals<kPreRows, T, Cache::kDefault>(
                 row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
                 [&](int64_t r, const Raw<T, VEC>& rv) {
@@ -858,7 +836,7 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridA
                     v.s = tv[r * V + col];
                     float sv[VEC];
                     formSum<T, VEC>(preT, r * a.cs, true, v, rv, pb, sv);
-                    if constexpr (sizeof(T) == 4) storeTileVec(tile, r * V + col, sv);
+                    storeTileVec<T>(tile, r * V + col, sv);
 #pragma unroll
                     for (int j = 0; j < VEC; ++j) {
                         const float d = sv[j] - k[j];
@@ -1037,32 +1015,16 @@ __global__ void __launch_bounds__(kThreads, 1) gnOnChipNHWC(ArgsWith<kPre, GridA
         }
         const uint4* tv = reinterpret_cast<const uint4*>(tile);
         T* y = static_cast<T*>(a.y) + (int64_t(n) * a.hw + pix0) * a.cs + sl * a.c + c0;
-        if constexpr (kPre && sizeof(T) == 2) {
-            // s again from the tile's x, the residual (read a second time,
-            // kPreRows rows ahead, evict-first) and the biases.
-            withResiduals<kPreRows, T, Cache::kStreaming>(
-                row, pixels, rowsPerPass, preT, [&](int64_t r) { return r * a.cs; },
-                [&](int64_t r, const Raw<T, VEC>& rv) {
-                    Raw<T, VEC> v;
-                    v.s = tv[r * V + col];
-                    float sv[VEC], o[VEC];
-                    preSumVec<T, VEC>(v, rv, pb, sv);
-#pragma unroll
-                    for (int j = 0; j < VEC; ++j) o[j] = fmaf(sv[j] - mean[j], scale[j], shift[j]);
-                    activateVec(o, a.act);
-                    storeVec<T, VEC>(y + r * a.cs, o);
-                });
-        } else {  // plain, and fp32 pre-adds, whose tile holds s
+        // The tile holds x (kPre: s).
 #pragma unroll 1
-            for (int64_t r = row; r < pixels; r += rowsPerPass) {
-                Raw<T, VEC> v;
-                v.s = tv[r * V + col];
-                float o[VEC];
+        for (int64_t r = row; r < pixels; r += rowsPerPass) {
+            Raw<T, VEC> v;
+            v.s = tv[r * V + col];
+            float o[VEC];
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
-                activateVec(o, a.act);
-                storeVec<T, VEC>(y + r * a.cs, o);
-            }
+            for (int j = 0; j < VEC; ++j) o[j] = fmaf(v.get(j) - mean[j], scale[j], shift[j]);
+            activateVec(o, a.act);
+            storeVec<T, VEC>(y + r * a.cs, o);
         }
     }
 #endif
@@ -1209,7 +1171,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
                     [&](const uint4& d, int64_t) { accumulate(d); }, [] {});
     }
     if constexpr (kPre) {
-        // The residual's vectors kPreRows ahead; fp32 writes s over the tile's
+        // The residual's vectors kPreRows ahead; s is written over the tile's
         // x (its own vector), from where the apply reads it.
         withResiduals<kPreRows, T, Cache::kDefault>(
             t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
@@ -1219,7 +1181,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
                 v.s = tv[i];
                 float sv[VEC];
                 accumulatePre(v, rv, head + i, sv);
-                if constexpr (sizeof(T) == 4) storeTileVec(tile, i, sv);
+                storeTileVec<T>(tile, i, sv);
             });
     } else {
         for (int64_t i = t; i < kept; i += NT) {
@@ -1295,13 +1257,13 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
         }
         storeVec<T, VEC, kStore, true>(ys + i * VEC, o);  // whole 16-byte stores (storeVec)
     };
-    // kPre, 16 bits: s of x's vector d and the residual's r, as the sums saw
-    // it, to emit (as a vector of fp32 s, whose bits the fp32 emit reads).
+    // kPre without sum_out: s of x's vector d and the residual's r, as the
+    // sums saw it, to y.
     [[maybe_unused]] auto emitPre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& r, int64_t i, float2 ss) {
         const float b = preBiasOf(e0 + i * VEC);
         float o[VEC];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = fmaf(preSum(d.get(j), b, r.get(j)) - st.x, ss.x, ss.y);
+        for (int j = 0; j < VEC; ++j) o[j] = fmaf(preSum<T>(d.get(j), b, r.get(j)) - st.x, ss.x, ss.y);
         if constexpr (kIsBf16<T>) {
 #pragma unroll
             for (int j = 0; j < VEC; ++j) o[j] = activate(o[j], a.act);
@@ -1333,12 +1295,11 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
             emit(d, last - q * NT, scaleShift(int64_t(walk.prev()) - chBase));
         };
         if constexpr (kPre) {
-            // The head's s again: in fp32 with sum_out, read back from there
-            // (the s the sums saw, written by this thread: one read where x
-            // and the residual are two); else formed again from x and the
-            // residual (a 16-bit sum_out is s rounded, and y is of s).
+            // The head's s again: with sum_out, read back from there (the s
+            // the sums saw, written by this thread: one read where x and the
+            // residual are two); else formed again from x and the residual.
             const T* sums = static_cast<const T*>(preE.sum);
-            if (sizeof(T) == 4 && sums != nullptr) {
+            if (sums != nullptr) {
                 const uint4* sv = reinterpret_cast<const uint4*>(sums);
                 streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&sv[last - q * NT]); }, use,
                                                [] {});
@@ -1354,24 +1315,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
             streamItems<kNchwStreamUnroll>(items, [&](int64_t q) { return __ldcs(&xv[last - q * NT]); }, use, [] {});
         }
     }
-    if constexpr (kPre && sizeof(T) == 2) {
-        // The tile's s again: x there, the residual read a second time
-        // (kPreRows ahead, evict-first).
-        withResiduals<kPreRows, T, Cache::kStreaming>(
-            t, kept, NT, preE, [&](int64_t i) { return (head + i) * VEC; },
-            [&](int64_t i, const Raw<T, VEC>& rv) {
-                const int64_t ch = channelOf(head + i);
-                if (ch != cached) {
-                    cached = ch;
-                    ss = scaleShift(ch);
-                }
-                Raw<T, VEC> v;
-                v.s = tv[i];
-                emitPre(v, rv, head + i, ss);
-            });
-    } else {  // plain, and fp32 pre-adds, whose tile holds s
-        for (int64_t i = t; i < kept; i += NT) emitTile(i);
-    }
+    for (int64_t i = t; i < kept; i += NT) emitTile(i);  // the tile holds x (kPre: s)
 #endif
 }
 

@@ -13,14 +13,11 @@
 // Statistics are taken of d = x - k, k the group's first element, so that
 // fp32 keeps full precision for |mean| >> std (see group_norm_cluster.cu).
 //
-// With a pre-add (kPre, PreAdd), x is s = (x + bias) + residual throughout:
-// k is the group's first s, the statistics pass writes sum_out, and the
-// apply pass recomputes s from x and the residual. Reading sum_out back
-// instead is exact only in fp32 (a 16-bit sum_out is s rounded, and y must be
-// of the s the statistics saw: a rounding of half an ulp of |s| would be
-// 2^-9 |mean| / std of the output where |mean| >> std); so fp32 with sum_out
-// applies from sum_out (one read where x and the residual were two), and
-// every other pre-add recomputes s.
+// With a pre-add (kPre, PreAdd), x is s = (x + bias) + residual, rounded to
+// T, throughout: k is the group's first s, the statistics pass writes
+// sum_out, and the apply pass reads s back from sum_out (the plain apply
+// kernel on it: one read where x and the residual are two) or, without one,
+// recomputes s from x and the residual.
 #include "group_norm_common.cuh"
 #include "group_norm_launch.h"
 
@@ -39,17 +36,10 @@ template <int kLoads, bool kPre> constexpr int kInFlight = kPre ? kLoads / 2 : k
 // ---------------------------------------------------------------- NHWC ----
 
 // The statistics pass writes sum_out (PreAdd::sum, moved to the thread's
-// data; NULL: none): evict-first in 16 bits, which the apply pass does not
-// read back, plain in fp32, which it does.
+// data; NULL: none), which the apply pass reads back.
 template <typename T, int VEC>
 __device__ __forceinline__ void storeSum(void* sum, int64_t off, const float (&s)[VEC]) {
-    if (sum == nullptr) return;
-    T* out = static_cast<T*>(sum) + off;
-    if constexpr (sizeof(T) == 4) {
-        storeVec<T, VEC>(out, s);
-    } else {
-        storeVec<T, VEC, Cache::kStreaming>(out, s);
-    }
+    if (sum != nullptr) storeVec<T, VEC>(static_cast<T*>(sum) + off, s);
 }
 
 // An NHWC thread's pre-add (kPre): offsets are x's from the thread's vector;
@@ -84,7 +74,7 @@ struct PreGroup {
                                         float (&s)[VEC]) const {
         const float b = biasAt(off);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s[e] = preSum(d.get(e), b, rv.get(e));
+        for (int e = 0; e < VEC; ++e) s[e] = preSum<T>(d.get(e), b, rv.get(e));
         storeSum<T, VEC>(p.sum, off, s);
     }
 };
@@ -367,7 +357,7 @@ __global__ void __launch_bounds__(kThreads, 2) gnApplyNHWC(ArgsWith<kPre, TwoPas
     const T* x = static_cast<const T*>(a.x) + base;
     T* y = static_cast<T*>(a.y) + base;
     const int64_t step = a.rows;
-    // kPre: s recomputed as the statistics pass did (sum_out was written there).
+    // kPre (without sum_out, see the launch): s recomputed as the statistics pass did.
     [[maybe_unused]] PreRows<T, VEC> pre{};
     if constexpr (kPre) pre = preRows<T, VEC>(a, base, n, vg * VEC);
     // Last pixel of this row, then walk backwards.
@@ -493,7 +483,7 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(ArgsWith<kPre, Tw
     T* y = static_cast<T*>(a.y) + base;
     const float4 st = a.stats[ng];
     const int64_t c0 = g * a.cpg;
-    // kPre: s recomputed as the statistics pass did (sum_out was written there).
+    // kPre (without sum_out, see the launch): s recomputed as the statistics pass did.
     [[maybe_unused]] PreAdd pre{};
     [[maybe_unused]] int64_t n = 0;
     if constexpr (kPre) {
@@ -511,7 +501,7 @@ __global__ void __launch_bounds__(kThreadsNCHW, 4) gnApplyNCHW(ArgsWith<kPre, Tw
         if constexpr (kPre) {
             const float pb = preBiasAt<T>(pre, n, c);
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) sv[e] = preSum(d.get(e), pb, rv.get(e));
+            for (int e = 0; e < VEC; ++e) sv[e] = preSum<T>(d.get(e), pb, rv.get(e));
         }
         float out[VEC];
 #pragma unroll
@@ -671,9 +661,9 @@ cudaError_t launchTwoPassT(const Plan& plan, void* workspace, cudaStream_t strea
     e = cudaLaunchKernelExC(&fcfg, reinterpret_cast<const void*>(&gnFinalize<T, kPre>), fargs);
     if (e != cudaSuccess) return e;
 
-    // fp32 with sum_out: the plain apply kernel reads s back from sum_out,
-    // exactly the s the statistics saw (see the top of this file).
-    if (kPre && sizeof(T) == 4 && pre.sum != nullptr) {
+    // With sum_out: the plain apply kernel reads s back from there, exactly
+    // the s the statistics saw (see the top of this file).
+    if (kPre && pre.sum != nullptr) {
         plain.x = pre.sum;
         void* plainArgs[] = {&plain};
         return cudaLaunchKernelExC(&cfg, applyKernelT<T, false>(t.apply, plan.vec), plainArgs);

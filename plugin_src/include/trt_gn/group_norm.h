@@ -7,10 +7,11 @@
  * statistics are accumulated in fp32 with a numerically stable method.
  *
  * With a pre-add (ABI 4: pre_bias and/or residual), x is first replaced by
- *   s = x + pre_bias[n, c] + residual     (each term optional; in fp32)
- * and y is computed from s (its statistics and its values); s can also be
- * written out, rounded once to the dtype (sum_out): a convolution's bias and
- * a residual add cost no separate pass in front of the normalisation.
+ *   s = x + pre_bias[n, c] + residual     (each term optional; in fp32,
+ *                                          then rounded once to the dtype)
+ * and y is computed from s (its statistics and its values): the s an unfused
+ * model would normalise. s can also be written out (sum_out): a convolution's
+ * bias and a residual add cost no separate pass in front of the normalisation.
  * Without pre_bias and residual every result is bit-identical to ABI 3's.
  *
  * This header is the whole public interface of the kernels library. It knows
