@@ -186,28 +186,25 @@ def test_pre_add_matches_groupnorm_of_the_sum(dtype, bias_shape, with_residual):
     residual = (torch.randn(2, 16, 5, 3, generator=g) - 40).to(dtype) if with_residual else None
     w, b = torch.rand(16, generator=g) + 0.5, torch.randn(16, generator=g)
     ref = group_norm_act_reference(x, w, b, 4, 1e-5, "silu", pre_bias=pre_bias, residual=residual)
-    s64 = x.double() + (0 if pre_bias is None else pre_bias.double().reshape(-1, 16, 1, 1)) + (0 if residual is None else residual.double())
-    torch.testing.assert_close(ref, torch_group_norm_act(s64, w, b, 4, 1e-5, "silu"), rtol=1e-12, atol=1e-12)
+    # s as the kernels form it: the fp32 sum rounded once to the dtype; y the plain reference of it
+    s_hat = _kernel_sum(x, pre_bias, residual).to(dtype).double()
     s = sum_reference(x, pre_bias, residual)
-    assert s.dtype == torch.float64 and torch.equal(s, s64)
-    # The rule's pre-add terms cover what the kernels' fp32 sum does: the sum rounded once to the
-    # dtype, and y of the fp32 sum (statistics in float64 here, so only the sum's share remains).
-    s32 = _kernel_sum(x, pre_bias, residual)
-    assert_close(s32.to(dtype), s, dtype, what="sum_out")
-    assert_close(torch_group_norm_act(s32.double(), w, b, 4, 1e-5, "silu").to(dtype), ref, dtype, what="y")
+    assert s.dtype == torch.float64 and torch.equal(s, s_hat) and not s.trtgn_error.any()
+    torch.testing.assert_close(ref, torch_group_norm_act(s_hat, w, b, 4, 1e-5, "silu"), rtol=1e-12, atol=1e-12)
+    plain = group_norm_act_reference(s_hat, w, b, 4, 1e-5, "silu")
+    assert torch.equal(ref, plain) and torch.equal(ref.trtgn_error, plain.trtgn_error)
 
 
-def test_pre_add_terms_follow_the_analysis():
-    # x = 2^24 + 1 in fp32 is 2^24: s~ = (2^24 + 0.5) + 0.5 rounds twice; the terms bound it.
-    x = torch.full((1, 2, 1, 2), 2.0**24)
-    pre_bias = torch.tensor([0.5, 0.5])
-    residual = torch.full((1, 2, 1, 2), 0.5)
-    s = sum_reference(x, pre_bias, residual)
-    gamma2 = 2 * 2.0**-24 / (1 - 2 * 2.0**-24)
-    torch.testing.assert_close(s.trtgn_error, gamma2 * (2.0**24 + 1.0) * torch.ones_like(s), rtol=0, atol=0)
-    assert float((_kernel_sum(x, pre_bias, residual).double() - s).abs().max()) <= float(s.trtgn_error.max())
-    # One term added: one rounding; none: no pre-add terms at all.
-    assert torch.equal(sum_reference(x, pre_bias).trtgn_error, 2.0**-24 / (1 - 2.0**-24) * (2.0**24 + 0.5) * torch.ones_like(s))
+def test_pre_add_sum_rounds_as_the_kernels():
+    # 2^24 + 0.5 + 0.5: fp32 rounds (x + b) to 2^24 (ties to even), then + 0.5 again: 2^24, not the
+    # exact 2^24 + 1; in fp16, 2048 + 1 = 2049 rounds to 2048 (ulp 2). float64 x is added exactly.
+    s = sum_reference(torch.full((1, 2, 1, 2), 2.0**24), torch.tensor([0.5, 0.5]), torch.full((1, 2, 1, 2), 0.5))
+    assert torch.equal(s, torch.full((1, 2, 1, 2), 2.0**24, dtype=torch.float64))
+    s = sum_reference(torch.full((1, 2, 1, 2), 2048.0).half(), None, torch.ones(1, 2, 1, 2).half())
+    assert torch.equal(s, torch.full((1, 2, 1, 2), 2048.0, dtype=torch.float64))
+    s = sum_reference(torch.full((1, 2, 1, 2), 2.0**24, dtype=torch.float64), torch.tensor([0.5, 0.5]),
+                      torch.full((1, 2, 1, 2), 0.5, dtype=torch.float64))
+    assert torch.equal(s, torch.full((1, 2, 1, 2), 2.0**24 + 1, dtype=torch.float64))
     plain = group_norm_act_reference(torch.randn(1, 4, 3, 3), None, None, 2, 1e-5, "none")
     same = group_norm_act_reference(torch.randn(1, 4, 3, 3), None, None, 2, 1e-5, "none", pre_bias=None, residual=None)
     assert plain.trtgn_error.shape == same.trtgn_error.shape

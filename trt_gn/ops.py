@@ -248,7 +248,7 @@ def _group_norm_act_add(
         raise NotImplementedError(f"{spec.TORCH_ADD_OP_NAME}: x is on {x.device}; trt_gn runs on CPU and CUDA devices")
     x, y, s = _add_outputs(x, write_sum)
     if x.numel() > 0:
-        # s rounded once to x's dtype, and y of that s (as the CUDA kernels), each rounded once
+        # s as the kernels form it (of x's dtype), and y of that s rounded once
         s_rounded = sum_reference(x, pre_bias, residual).to(x.dtype)
         y.copy_(group_norm_act_reference(s_rounded, weight, bias, num_groups, eps, activation))
         if write_sum:

@@ -44,71 +44,56 @@ _SMALLEST_SUBNORMAL = {torch.float16: 2.0**-24, torch.bfloat16: 2.0**-133, torch
 # The terms are magnitudes before cancellation, not |y|: where xh * gamma and beta cancel, y is
 # near zero but its error is not (fp32 outputs of inputs of mean -50 err by ~1e-6 near 1e-7).
 #
-# The pre-add. The kernels form s~ = fl(fl(x + b) + r) in fp32 from the dtype's (or fp32) values of
-# x, pre_bias b and residual r, with m <= 2 roundings (one per term present), round it once to the
-# dtype (s^: what sum_out holds, and what an unfused model would normalise; s^ = s~ in fp32), and
-# then treat s^ as the input above. With A = |x| + |b| + |r| (magnitudes before cancellation):
-#  - |s~ - s| <= gamma_m A, gamma_m = m u / (1 - m u) (Higham, Lemma 3.1);
-#  - sum_out = s^: tol_s = gamma_m A (fp32), and in 16 bits plus half an ulp of |s| + gamma_m A, as
-#    for y;
-#  - y: the rule above holds for s^ (xh, z of s^ lie within O(u) of those of s), plus the effect of
-#    the perturbation d_i = s^_i - s_i on z_j = (s_j - mean) rstd gamma + beta. To first order,
-#    dz_j = gamma rstd (d_j - mean(d) - xh_j mean(xh d)), and |mean(xh d)| <= rms(d) (Cauchy-Schwarz,
-#    mean(xh^2) <= 1), so |dz_j| <= |gamma| rstd (|d_j| + mean|d| + |xh_j| rms(d)), over the group,
-#    with |d_i| <= gamma_m A_i, plus in 16 bits the rounding to the dtype, half an ulp of
-#    |s_i| + gamma_m A_i. Like the other terms of z it is scaled by 1.1 under SiLU.
+# The pre-add. The kernels form s = fl_T(fl(fl(x + b) + r)): x, pre_bias b and residual r as
+# stored (x's dtype, b also fp32), added in fp32 in this order (IEEE additions, round to nearest: no
+# FMA can contract them), then rounded once to x's dtype T (round to nearest even; nothing in fp32).
+# This s is what sum_out holds and what an unfused model would normalise, and the kernels take its
+# statistics and y of it. The reference forms the same s bit for bit (float32 tensor additions and
+# a dtype conversion round the same way on every device), so sum_out's reference is exact and y's is
+# the rule above with s as the input.
 _U32 = 2.0**-24
 _C_SUM = 80.0  # lam * sqrt(R)
 
 
-def _error_terms(xh, xh_first, weight, bias, activation, z, y, pre_err=None) -> torch.Tensor:
-    """The rule's `terms` for every element (float64); pre_err: the pre-add's share of z's error
-    divided by |gamma| (see the rule), or None."""
+def _error_terms(xh, xh_first, weight, bias, activation, z, y) -> torch.Tensor:
+    """The rule's `terms` for every element (float64)."""
     g = 1.0 if weight is None else weight.abs()
     b = 0.0 if bias is None else bias.abs()
     k = xh_first.abs()
     c_rstd = 3.0 + 0.5 * _C_SUM * (2.0 + 2.0 * k + 3.0 * k * k)
     err = _U32 * (c_rstd * (xh * g).abs() + _C_SUM * (1.0 + k) * g + 3.0 * b)
-    if pre_err is not None:
-        err = err + pre_err * g
     if activation == "silu":
         err = 1.1 * err + _U32 * (4.0 + z.abs()) * y.abs()
     return err + z.abs() * 2.0**-62 + 2.0**-126
 
 
-def _pre_add(x: torch.Tensor, pre_bias: torch.Tensor | None, residual: torch.Tensor | None):
-    """(s, A, m) in float64 NCHW: s = x + pre_bias[n, c] + residual, A = |x| + |pre_bias| + |residual|
-    (the magnitudes before cancellation), m the roundings of its fp32 sum (terms added)."""
+def _pre_add(x: torch.Tensor, pre_bias: torch.Tensor | None, residual: torch.Tensor | None) -> torch.Tensor:
+    """s as the kernels form it (see the rule), as a contiguous float64 NCHW tensor: (x + pre_bias[n, c])
+    + residual in float32, rounded once to x's dtype (float64 x: added in float64); x alone without a
+    pre-add."""
     if x.dim() != 4:
         raise ValueError(f"x must be 4-D (N, C, H, W), got shape {tuple(x.shape)}")
     n, c = x.shape[:2]
-    s = x.to(torch.float64)
-    mag = s.abs()
-    m = 0
+    if pre_bias is not None and tuple(pre_bias.shape) not in ((c,), (n, c)):
+        raise ValueError(f"pre_bias must be [C] or [N, C] = [{c}] or [{n}, {c}], got {tuple(pre_bias.shape)}")
+    if residual is not None and tuple(residual.shape) != tuple(x.shape):
+        raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    s = x.to(work)
     if pre_bias is not None:
-        if tuple(pre_bias.shape) not in ((c,), (n, c)):
-            raise ValueError(f"pre_bias must be [C] or [N, C] = [{c}] or [{n}, {c}], got {tuple(pre_bias.shape)}")
-        b = pre_bias.to(device=s.device, dtype=torch.float64).reshape(-1, c, 1, 1)
-        s, mag, m = s + b, mag + b.abs(), m + 1
+        s = s + pre_bias.to(device=s.device, dtype=work).reshape(-1, c, 1, 1)
     if residual is not None:
-        if tuple(residual.shape) != tuple(x.shape):
-            raise ValueError(f"residual must have x's shape {tuple(x.shape)}, got {tuple(residual.shape)}")
-        r = residual.to(device=s.device, dtype=torch.float64)
-        s, mag, m = s + r, mag + r.abs(), m + 1
-    return s.contiguous(), mag.contiguous(), m
-
-
-def _gamma(m: int) -> float:
-    return m * _U32 / (1.0 - m * _U32)
+        s = s + residual.to(device=s.device, dtype=work)
+    return s.to(x.dtype).to(torch.float64).contiguous()
 
 
 def sum_reference(x: torch.Tensor, pre_bias: torch.Tensor | None = None,
                   residual: torch.Tensor | None = None) -> torch.Tensor:
-    """s = x + pre_bias[n, c] + residual in float64 (pre_bias [C] or [N, C], residual x's shape):
-    the reference of sum_out, a contiguous float64 NCHW tensor carrying the rule's terms as
-    `.trtgn_error` (tolerance() then adds the output's rounding)."""
-    s, mag, m = _pre_add(x, pre_bias, residual)
-    s.trtgn_error = _gamma(m) * mag
+    """s = x + pre_bias[n, c] + residual as the kernels form it (pre_bias [C] or [N, C], residual x's
+    shape; see the rule): the reference of sum_out, a contiguous float64 NCHW tensor whose rule terms
+    (`.trtgn_error`) are zero (tolerance() adds half an ulp of the dtype, in which s is exact)."""
+    s = _pre_add(x, pre_bias, residual)
+    s.trtgn_error = torch.zeros_like(s)  # formed exactly as the kernels form it
     return s
 
 
@@ -122,8 +107,9 @@ def group_norm_act_reference(
     pre_bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """act(GroupNorm(s)) computed in float64 on x's device, s = x + pre_bias[n, c] + residual (the
-    pre-add; x alone without one); returns a contiguous float64 NCHW tensor.
+    """act(GroupNorm(s)) computed in float64 on x's device, s = x + pre_bias[n, c] + residual formed as
+    the kernels form it (the pre-add, see the rule; x alone without one); returns a contiguous float64
+    NCHW tensor.
 
     Two-pass statistics (mean, then the mean of squared deviations): no cancellation.
     NaN/Inf propagate as the formula says: a group with a NaN or Inf is NaN throughout.
@@ -131,7 +117,7 @@ def group_norm_act_reference(
     """
     if activation not in spec.ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; expected one of {spec.ACTIVATIONS}")
-    s, mag, m = _pre_add(x, pre_bias, residual)
+    s = _pre_add(x, pre_bias, residual)
     n, c, h, w = x.shape
     if num_groups <= 0 or c % num_groups != 0:
         raise ValueError(f"num_groups={num_groups} must be > 0 and divide C={c}")
@@ -144,14 +130,6 @@ def group_norm_act_reference(
     var = (centered * centered).mean(dim=-1, keepdim=True)
     rstd = torch.rsqrt(var + eps)
     xh = centered * rstd
-    pre_err = None
-    if m:
-        d = _gamma(m) * mag  # bounds of |s~ - s|
-        if x.dtype in (torch.float16, torch.bfloat16):  # and of the rounding of s~ to x's dtype
-            d = d + _half_ulp(s.abs() + d, x.dtype)
-        d = d.reshape(n, num_groups, -1)
-        spread = d + d.mean(dim=-1, keepdim=True) + xh.abs() * (d * d).mean(dim=-1, keepdim=True).sqrt()
-        pre_err = (rstd * spread).reshape(n, c, h, w)
     xh_first = xh[..., :1].expand_as(xh).reshape(n, c, h, w)
     xh = xh.reshape(n, c, h, w)
     if weight is not None:
@@ -164,7 +142,7 @@ def group_norm_act_reference(
     if bias is not None:
         z = z + bias
     y = (z * torch.sigmoid(z) if activation == "silu" else z).contiguous()
-    y.trtgn_error = _error_terms(xh, xh_first, weight, bias, activation, z, y, pre_err).contiguous()
+    y.trtgn_error = _error_terms(xh, xh_first, weight, bias, activation, z, y).contiguous()
     return y
 
 
