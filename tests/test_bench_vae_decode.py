@@ -283,6 +283,10 @@ def test_gaps_inside_calls_by_the_kind_after_them():
                                 "triton_poi_fused_add_1 5 us")
     assert vae.summary_lines([row])[-1] == (f"512x512 trt_gn torch.compile channels_last: GPU idle inside a call in the "
                                             f"profiled pass 0.015 ms: {row.gaps_by_kind}")
+    row.host_ms = 0.125
+    assert vae.summary_lines([row])[-1] == (f"512x512 trt_gn torch.compile channels_last: GPU idle inside a call in the "
+                                            f"profiled pass 0.015 ms (the host took 0.12 ms a call to enqueue it, timed "
+                                            f"pass): {row.gaps_by_kind}")
     # 5 records cannot be 2 equal calls: no call boundaries, no gaps
     uneven = vae.kernel_breakdown(events[:5], calls=2)
     assert uneven.gap_us is None
@@ -436,3 +440,14 @@ def test_reduce_overhead_without_cuda_graphs_is_counted():
         torch._dynamo.reset()
     assert checked.graphs == 1 and torch.equal(out, torch.sin(torch.ones(8)) * 2)
     assert vae.cudagraph_skips() == skips + 1
+
+
+def test_time_ms_reports_host_time_per_call():
+    import time as clock
+
+    def call():
+        clock.sleep(0.002)
+        return torch.zeros(1)
+
+    times, host, out = vae.time_ms(call, iters=5, warmup=1, device=torch.device("cpu"))
+    assert len(times) == len(host) == 5 and host == times and min(host) >= 2.0 and torch.equal(out, torch.zeros(1))

@@ -15,10 +15,12 @@ Every variant is measured in two passes, one after the other:
   1. timed: --iters calls after --warmup untimed ones, no profiler attached; the median GPU time
      between CUDA events is the wall time of the table, its speedup is against the best (fastest)
      stock variant of the same size, and its output is compared with stock eager NCHW's (max abs
-     diff).
+     diff). The host time of a call (how long it took to enqueue its work: the GPU idles meanwhile)
+     is its median.
   2. profiled, separately afterwards: --profile-iters calls under torch.profiler. The kernels it
      records are summed by kind (rules below) and divided by the calls: kernel time per call. The
-     GPU idle time per call is the timed pass's wall time minus that kernel time. The profiler slows
+     GPU idle time per call is the timed pass's wall time minus that kernel time; the gaps between a
+     call's kernels are summed by the kind of kernel after each. The profiler slows
      the host side down, so nothing else is taken from this pass.
 
 Compiled variants are compiled (Inductor, static shapes) before they are timed, with dynamo's
@@ -212,6 +214,7 @@ class Row:
     min_ms: float
     max_ms: float
     iters: int
+    host_ms: float | None = None  # timed pass: median host time of a call (enqueueing its work)
     speedup_vs_best_stock: float | None = None  # best stock variant's median / this median
     max_abs_diff: float | None = None  # max |output - stock eager NCHW's output|
     graphs: int | None = None  # compiled variants: graphs torch.compile compiled
@@ -279,19 +282,23 @@ class Progress:
         print(f"[{time.perf_counter() - self.start:6.1f} s] {line}", file=self.stream, flush=True)
 
 
-def time_ms(fn, iters: int, warmup: int, device: torch.device) -> tuple[list[float], torch.Tensor]:
-    """(per-call times in ms, the last output): GPU time between CUDA events on a GPU, wall time elsewhere."""
+def time_ms(fn, iters: int, warmup: int, device: torch.device) -> tuple[list[float], list[float], torch.Tensor]:
+    """(per-call times in ms, per-call host times in ms, the last output): GPU time between CUDA events
+    on a GPU, wall time elsewhere; the host time is how long fn() took to return (on a GPU, to enqueue
+    its work: the GPU has nothing to run until the first launch, so a long host call shows as idle)."""
     for _ in range(warmup):
         out = fn()
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.synchronize(device)
-    times = []
+    times, host = [], []
     for _ in range(iters):
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t0 = time.perf_counter()
             out = fn()
+            host.append((time.perf_counter() - t0) * 1000.0)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
@@ -299,7 +306,8 @@ def time_ms(fn, iters: int, warmup: int, device: torch.device) -> tuple[list[flo
             t0 = time.perf_counter()
             out = fn()
             times.append((time.perf_counter() - t0) * 1000.0)
-    return times, out
+            host.append(times[-1])
+    return times, host, out
 
 
 def profile_calls(fn, calls: int, device: torch.device) -> Breakdown:
@@ -397,8 +405,9 @@ def summary_lines(rows: list[Row]) -> list[str]:
         if r.trt_gn_kernels:
             out.append(f"{r.resolution} {r.variant}: trt_gn kernels a call: {r.trt_gn_kernels}")
         if r.gaps_ms:
-            out.append(f"{r.resolution} {r.variant}: GPU idle inside a call in the profiled pass {r.gaps_ms:.3f} ms: "
-                       f"{r.gaps_by_kind}")
+            host = "" if r.host_ms is None else f" (the host took {r.host_ms:.2f} ms a call to enqueue it, timed pass)"
+            out.append(f"{r.resolution} {r.variant}: GPU idle inside a call in the profiled pass {r.gaps_ms:.3f} ms"
+                       f"{host}: {r.gaps_by_kind}")
         elif r.gaps_ms is None:
             out.append(f"{r.resolution} {r.variant}: its profiled records do not split into equal calls, so its GPU "
                        "idle inside a call is not known")
@@ -569,7 +578,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
                     else:
                         def call(checked=checked, x=x):
                             return checked(*x)
-                    times, out = time_ms(call, iters, warmup, device)
+                    times, host, out = time_ms(call, iters, warmup, device)
                     out = out.float()  # a copy: the profiled calls may overwrite CUDA graph outputs
                     breakdown = profile_calls(call, profile_iters, device) if profile_iters else None
                     checked.check_settled()
@@ -579,7 +588,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
             else:
                 def call(model=model, x=x):
                     return model(*x)
-                times, out = time_ms(call, iters, warmup, device)
+                times, host, out = time_ms(call, iters, warmup, device)
                 out = out.float()
                 breakdown = profile_calls(call, profile_iters, device) if profile_iters else None
         if v.name == STOCK_EAGER_NCHW:
@@ -588,6 +597,7 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
         diff = None if reference is None else float((out - reference).abs().max())
         row = Row(resolution=size, recipe=recipe, latents="x".join(map(str, args[0].shape)), dtype=dtype_name,
                   variant=v.name, median_ms=statistics.median(times), min_ms=min(times), max_ms=max(times),
+                  host_ms=statistics.median(host),
                   iters=iters, max_abs_diff=diff, mode=v.mode, fusion_passes=None if passes is None else str(passes))
         if checked is not None:
             row.graphs, row.graph_breaks, row.compile_s = checked.graphs, checked.graph_breaks, checked.compile_s
