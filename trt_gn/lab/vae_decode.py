@@ -20,8 +20,8 @@ Every variant is measured in two passes, one after the other:
   2. profiled, separately afterwards: --profile-iters calls under torch.profiler. The kernels it
      records are summed by kind (rules below) and divided by the calls: kernel time per call. The
      GPU idle time per call is the timed pass's wall time minus that kernel time; the gaps between a
-     call's kernels are summed by the kind of kernel after each. The profiler slows
-     the host side down, so nothing else is taken from this pass.
+     call's kernels are summed by the kind of kernel after each. The profiler slows the host side
+     down: where the host launches each kernel (eager), those gaps are wider than in the timed pass.
 
 Compiled variants are compiled (Inductor, static shapes) before they are timed, with dynamo's
 recompile limits raised, and checked to have compiled and to compile nothing more while timed and
