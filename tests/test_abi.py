@@ -24,10 +24,12 @@ from trt_gn.abi import Activation, DType, Layout, Params, Status
 HEADER = Path(__file__).resolve().parents[1] / "plugin_src" / "include" / "trt_gn" / "group_norm.h"
 
 C, G = 32, 8
-_y_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
-_x_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
-_residual_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
-_sum_host = (ctypes.c_uint16 * (2 * C * 4 * 4))()
+# The activation-sized tensors are carved from one arena, each in a slot four times its size, so
+# that what lies next to a tensor (which the overlap checks see) is fixed, not the allocator's
+# choice: a tensor, or one read with channel_stride 2c, never reaches the next slot.
+_ACT = ctypes.c_uint16 * (2 * C * 4 * 4)
+_arena = (ctypes.c_uint8 * (4 * 4 * ctypes.sizeof(_ACT)))()
+_y_host, _x_host, _residual_host, _sum_host = (_ACT.from_buffer(_arena, 4 * i * ctypes.sizeof(_ACT)) for i in range(4))
 _pre_bias_host = (ctypes.c_float * (2 * C))()
 _gamma_host = (ctypes.c_float * C)()
 _beta_host = (ctypes.c_float * C)()
