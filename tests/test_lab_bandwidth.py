@@ -1,4 +1,4 @@
-"""The bandwidth probe's argument checks (it measures on a GPU only: tests/gpu runs it there)."""
+"""The bandwidth probe's argument checks (it measures on a GPU only: tests/gpu/test_gpu_bench.py runs it there)."""
 
 from __future__ import annotations
 

@@ -98,3 +98,22 @@ def test_pre_add_against_the_separate_pass(tmp_path, capsys):
         # normalisation (group std about 1.7) and gamma (|gamma| < 4.5) carry to about 0.011; each y
         # rounds once more, half an ulp of |y| < 32 apiece: 0.016 together. 0.05 bounds the sum.
         assert float(r["max_abs_diff"]) < 0.05, r
+
+
+def test_bandwidth_probe_small_sizes(tmp_path):
+    # Every kind measured at every size, a positive time and a bandwidth that the bytes and the
+    # time give back.
+    out = tmp_path / "bw.csv"
+    proc = subprocess.run([sys.executable, "-m", "trt_gn.lab.bandwidth", "--sizes-mb", "1,4", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    from trt_gn.lab import bandwidth
+
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(r["size_mib"]), r["kind"]) for r in rows] == [(s, k) for s in (1, 4) for k in bandwidth.KINDS]
+    for r in rows:
+        moved = (2 if r["kind"].startswith("copy") else 1) * int(r["size_mib"]) * bandwidth.MB
+        assert float(r["us"]) > 0
+        assert float(r["tb_per_s"]) == pytest.approx(moved / (float(r["us"]) * 1e-6) / 1e12, rel=0.01, abs=2e-3)
+    assert proc.stdout.count("\n| ") == 2

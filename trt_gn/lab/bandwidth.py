@@ -8,6 +8,9 @@ median of the replays, trt_gn.lab.bench.time_per_launch_us):
   copy/4     faster than the whole, the cost grows with the span one launch touches
   read       x.sum() over fp16 (reads x once; the fp32 result is tiny)
   write      y.fill_(1): writes y once
+  copy>4K    the copy into a y that starts 4 KiB (2 MiB) past the start of its allocation: the
+  copy>2M    caching allocator puts tensors of a power-of-two size a power of two apart, and if
+             the copy is slow only there, reads and writes fall on the same memory channels
 
 Bandwidth counts the bytes each moves (copy: read + write). Run it once as is and once with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the allocator maps memory in 2 MB pages then,
@@ -34,7 +37,7 @@ PROG = "python -m trt_gn.lab.bandwidth"
 # 1x256x1024x1024 537 MB.
 DEFAULT_SIZES_MB = (34, 67, 134, 268, 537, 1074)
 MB = 1 << 20
-KINDS = ("copy", "copy/2", "copy/4", "read", "write")
+KINDS = ("copy", "copy/2", "copy/4", "read", "write", "copy>4K", "copy>2M")
 
 
 def _sizes(text: str) -> list[int]:
@@ -72,6 +75,8 @@ def measure(size_mb: int, replays: int) -> dict[str, float]:
     x = torch.randn(n, device="cuda", dtype=torch.float16)
     y = torch.empty_like(x)
     halves, quarters = x.chunk(2), x.chunk(4)
+    y_4k = torch.empty(n + MB, device="cuda", dtype=torch.float16)[2048:2048 + n]
+    y_2m = torch.empty(n + MB, device="cuda", dtype=torch.float16)[MB:]
     y_halves, y_quarters = y.chunk(2), y.chunk(4)
 
     def pieces(src, dst):
@@ -88,6 +93,8 @@ def measure(size_mb: int, replays: int) -> dict[str, float]:
         "copy/4": pieces(quarters, y_quarters),
         "read": lambda: x.sum(dtype=torch.float32),
         "write": lambda: y.fill_(1.0),
+        "copy>4K": lambda: y_4k.copy_(x),
+        "copy>2M": lambda: y_2m.copy_(x),
     }
     return {kind: time_per_launch_us(fn, replays) for kind, fn in fns.items()}
 
@@ -103,9 +110,9 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: needs a CUDA GPU; none is visible to torch", file=sys.stderr)
         return EXIT_MISSING
     free, _ = torch.cuda.mem_get_info()
-    too_big = [s for s in args.sizes_mb if 2.2 * s * MB > free]
+    too_big = [s for s in args.sizes_mb if 4.2 * s * MB > free]
     if too_big:
-        print(f"{PROG}: error: sizes {too_big} MiB need two tensors each; {free // MB} MiB are free", file=sys.stderr)
+        print(f"{PROG}: error: sizes {too_big} MiB need four tensors each; {free // MB} MiB are free", file=sys.stderr)
         return EXIT_BAD_INPUT
     label = args.label or os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") or "default allocator"
     device = torch.cuda.get_device_name()
