@@ -34,21 +34,23 @@ def test_resnet_chain_is_rewritten_across_blocks():
 
     assert pre_add.report.graphs == 1
     assert [(d.node, d.action) for d in pre_add.report.decisions] == [
-        ("group_norm_act", "left"), ("group_norm_act_1", "fused"), ("group_norm_act_2", "fused")]
-    left, first, second = pre_add.report.decisions
-    assert left.reason == "the convolution's output has other users"  # conv_in feeds norm1 and the residual
+        ("group_norm_act", "fused"), ("group_norm_act_1", "fused"), ("group_norm_act_2", "fused")]
+    shared, first, second = pre_add.report.decisions
+    # conv_in feeds norm1 and the residual: its bias moves in, and the residual reads s
+    assert shared.reason == "convolution's bias; the biased output kept for 1 other user(s)"
     assert first.reason.endswith(" (residual); the sum kept for 1 other user(s)") and "'s bias + " in first.reason
     assert second.reason.endswith(" (residual)") and "sum kept" not in second.reason
-    assert "2 group_norm_act node(s) rewritten to group_norm_act_add, 1 left" in pre_add.summary()
+    assert "3 group_norm_act node(s) rewritten to group_norm_act_add, 0 left" in pre_add.summary()
 
     (graph,) = graphs
     fused = [args for target, args in graph if target is ADD]
-    # the swap's two (conv1's bias) and the pass's two (conv2's bias and the residual)
-    assert len(fused) == 4 and sum(target is PLAIN for target, _ in graph) == 1
+    # the swap's two (conv1's bias) and the pass's three (conv_in's bias; conv2's bias and the residual)
+    assert len(fused) == 5 and sum(target is PLAIN for target, _ in graph) == 0
     from_pass = [args for args in fused if args[7] is not None]
     assert [args[8] for args in from_pass] == [True, False]  # the first block's sum is kept for the second
+    assert [args[8] for args in fused if args[6] is not None and args[7] is None].count(True) == 1  # conv_in's
     convs = [args for target, args in graph if target is torch.ops.aten.convolution.default]
-    assert [args[2] is None for args in convs] == [False, True, True, True, True]  # conv_in keeps its bias
+    assert [args[2] is None for args in convs] == [True] * 5
     assert not any(target is torch.ops.aten.add.Tensor for target, _ in graph)
 
     ref = float64_reference(original, x)
@@ -67,10 +69,12 @@ def test_time_embedding_joins_the_pre_bias():
     temb = torch.randn(2, 12, generator=torch.Generator().manual_seed(25))
     out, pre_add, graphs = compile_and_run(model, x, temb)
     reasons = [d.reason for d in pre_add.report.fused]
-    assert len(reasons) == 4 and sum(r.endswith(" (per channel)") for r in reasons) == 2, pre_add.summary()
+    assert len(reasons) == 5 and sum(r.endswith(" (per channel)") for r in reasons) == 2, pre_add.summary()
     (graph,) = graphs
     pre_biases = [args[6] for target, args in graph if target is ADD and args[7] is None]
-    assert [tuple(p.meta["val"].shape) + (p.meta["val"].dtype,) for p in pre_biases] == [(2, 16, torch.float32)] * 2
+    # conv_in's bias, then each block's conv1 bias + embedding as one [N, C] float32 pre-bias
+    assert [tuple(p.meta["val"].shape) + (p.meta["val"].dtype,) for p in pre_biases] == [
+        (16, torch.float32)] + [(2, 16, torch.float32)] * 2
     assert_close(out, float64_reference(original, x, temb), torch.float32)
 
 
@@ -93,7 +97,7 @@ class Cases(nn.Module):
             gn(self.conv(x) + x * 3, self.w, None, 4, 1e-5, "none"),  # taken: bias and residual
         ]
         h = self.shared(x)
-        outs.append(gn(h, self.w, None, 4, 1e-5, "silu") + h)  # the biased output is used again
+        outs.append(gn(h, self.w, None, 4, 1e-5, "silu") + h)  # taken: the biased output is used again
         return torch.stack(outs)
 
 
@@ -110,15 +114,20 @@ def test_left_where_not_exact():
         ("left", "the add broadcasts an operand that is neither per-channel nor of x's shape"),
         ("left", "the add's operands differ in dtype or device from its result"),
         ("fused", "convolution_4's bias + mul (residual)"),
-        ("left", "the convolution's output has other users"),
+        ("fused", "convolution_5's bias; the biased output kept for 1 other user(s)"),
     ], pre_add.summary()
     (graph,) = graphs
-    assert sum(target is ADD for target, _ in graph) == 1 and sum(target is PLAIN for target, _ in graph) == 5
+    assert sum(target is ADD for target, _ in graph) == 2 and sum(target is PLAIN for target, _ in graph) == 4
     with torch.no_grad():
         expected = model(*args)
         conv = F.conv2d(args[0], model.conv.weight, None, padding=1)
-    left = [0, 1, 2, 3, 5]
+    left = [0, 1, 2, 3]
     torch.testing.assert_close(out[left], expected[left], rtol=1e-5, atol=1e-5)  # as without the pass
+    # the shared convolution: s = its bias-free output plus the bias, one float32 rounding, for the
+    # norm and for the add after it
+    h = F.conv2d(args[0], model.shared.weight, None)
+    ref, s_ref = group_norm_act_add_reference(h, model.w, None, 4, 1e-5, "silu", model.shared.bias, None)
+    assert_close(out[5], (ref + s_ref, ref.trtgn_error), torch.float32)
     ref, _ = group_norm_act_add_reference(conv, model.w, None, 4, 1e-5, "none", model.conv.bias, args[0] * 3)
     assert_close(out[4], ref, torch.float32)
 
@@ -161,9 +170,9 @@ def test_one_pass_inductor_runs_the_configured_pass_then_this_one(monkeypatch):
     swap_group_norms(model, pre_add=True)
     x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(22))
     out, pre_add, graphs = compile_and_run(model, x)
-    assert [d.action for d in pre_add.report.decisions] == ["left", "fused", "fused"], pre_add.summary()
+    assert [d.action for d in pre_add.report.decisions] == ["fused", "fused", "fused"], pre_add.summary()
     (graph,) = graphs
-    assert sum(target is ADD for target, _ in graph) == 4 and sum(target is PLAIN for target, _ in graph) == 1
+    assert sum(target is ADD for target, _ in graph) == 5 and sum(target is PLAIN for target, _ in graph) == 0
     assert_close(out, float64_reference(original, x), torch.float32)
 
 

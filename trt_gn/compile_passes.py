@@ -15,12 +15,14 @@ Inductor's own passes, right before lowering; the joint graph has already droppe
     y = group_norm_act(add(x, r), ...)    y = group_norm_act(convolution(a, w, b, ...), ...)
 
 into convolution(a, w, None, ...) and (y, s) = group_norm_act_add(x, ..., pre_bias, residual,
-write_sum), with the add's other users reading s (write_sum is True where there are any). It
-takes only what is exact:
+write_sum), with the other users of the add (or of a convolution feeding the norm directly) reading
+s (write_sum is True where there are any). It takes only what is exact:
   - r of x's shape and dtype is the residual; r of per-channel shape ([N or 1, C, 1, 1], x's dtype:
     a time embedding) joins the pre-bias (with the convolution's bias, summed in float32);
-  - a convolution's bias moves only where the add (or the norm) is its output's only user, the
-    bias 1-D [C] of the output's dtype or float32;
+  - a convolution's bias moves where the add is its output's only user, or where the norm takes the
+    output directly (its other users then read s, the output plus the bias rounded once, as
+    Inductor forms it once it has taken the bias off the convolution), the bias 1-D [C] of the
+    output's dtype or float32;
   - an add with alpha, of a scalar, of broadcasting or promoting operands, is left alone.
 Module-level additions (a block's output sum feeding the next block's norm: diffusers' ResnetBlock2D
 chain) are what this pass is for; within one module, trt_gn.swap.swap_group_norms(pre_add=True)
@@ -142,7 +144,7 @@ class _Candidate:
         if _is(x, aten.add.Tensor):
             self._from_add(x, xv)
         elif _is(x, CONVOLUTION):
-            self.base, self.conv = x, self._conv(x, gn)
+            self.base, self.conv = x, self._conv(x, gn, shared=True)
             if self.conv is None:
                 return
         else:
@@ -180,13 +182,14 @@ class _Candidate:
         if _is(self.base, CONVOLUTION):
             self.conv = self._conv(self.base, add, quiet=True)
 
-    def _conv(self, conv, user, quiet=False):
+    def _conv(self, conv, user, quiet=False, shared=False):
+        """conv, where its bias can move into `user`; shared: other users may read s instead."""
         bias = conv.args[2]
         bv, cv = _val(bias), _val(conv)
         why = ""
         if bias is None:
             why = "the convolution has no bias"
-        elif len(conv.users) != 1 or user not in conv.users:
+        elif user not in conv.users or (len(conv.users) != 1 and not shared):
             why = "the convolution's output has other users"
         elif bv is None or bv.dim() != 1 or bv.shape[0] != cv.shape[1] or bv.dtype not in (cv.dtype, torch.float32):
             why = "the convolution's bias is not a [C] tensor of its dtype or float32"
@@ -206,17 +209,19 @@ def _rewrite(graph, cand: _Candidate) -> str:
     gn = cand.gn
     _, weight, bias, _, _, _ = gn.args
     add = cand.add
-    # the other users of the sum (of the add, and of its division by 1): they read s instead
-    sums = [t for t in (add, cand.div) if t is not None]
+    # the other users of the sum (of the add, and of its division by 1; without an add, of the
+    # convolution the norm reads): they read s instead
+    sums = [t for t in (add, cand.div) if t is not None] or ([cand.conv] if cand.conv is not None else [])
     others = [u for t in sums for u in t.users if u is not gn and u is not cand.div]
     order = _position(graph)
-    # Where the fused node goes: at the add (its other users may come before the norm), which needs
+    # Where the fused node goes: at the sum (its other users may come before the norm), which needs
     # the norm's weight and bias defined before it; else at the norm, after which the others must come.
+    first = sums[0] if sums else None
     anchor = gn
-    if add is not None and all(not isinstance(t, torch.fx.Node) or order[t] < order[add] for t in (weight, bias)):
-        anchor = add
+    if first is not None and all(not isinstance(t, torch.fx.Node) or order[t] < order[first] for t in (weight, bias)):
+        anchor = first
     elif any(order[u] < order[gn] for u in others):
-        raise _Skip("the add's other users come before the norm, whose weight or bias is computed after the add")
+        raise _Skip("the sum's other users come before the norm, whose weight or bias is computed after the sum")
     moved, inserted = [], []
     with graph.inserting_before(anchor):
         try:
@@ -231,10 +236,11 @@ def _rewrite(graph, cand: _Candidate) -> str:
         if s is not None:
             t.replace_all_uses_with(s)
         graph.erase_node(t)
-    if cand.conv is not None:
+    if cand.conv is not None and cand.conv not in sums:
         graph.erase_node(cand.conv)
     reason = " + ".join(moved)
-    return reason + (f"; the sum kept for {len(others)} other user(s)" if others else "")
+    kept = "the biased output" if cand.add is None else "the sum"
+    return reason + (f"; {kept} kept for {len(others)} other user(s)" if others else "")
 
 
 def _insert_fused(graph, cand: _Candidate, moved: list, inserted: list, others: list):
@@ -266,7 +272,7 @@ def _insert_fused(graph, cand: _Candidate, moved: list, inserted: list, others: 
     args = (base, weight, bias, groups, eps, activation, pre_bias, cand.residual, bool(others))
     fused = insert(GROUP_NORM_ACT_ADD, args, meta_from=cand.gn)
     y = insert(operator.getitem, (fused, 0), meta_from=cand.gn)
-    s = insert(operator.getitem, (fused, 1), meta_from=cand.div or cand.add) if others else None
+    s = insert(operator.getitem, (fused, 1), meta_from=cand.div or cand.add or cand.conv) if others else None
     return y, base, s
 
 
