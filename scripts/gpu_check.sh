@@ -3,7 +3,7 @@
 # builds the native code for sm_90, then runs the stages named on the command
 # line, writing logs and results under $OUT.
 #
-#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host] [sweep] [preadd]
+#   bash scripts/gpu_check.sh [tests] [suite] [fuzz] [plans] [sanitize] [plugin] [arch80] [ab] [bench] [vae] [floor] [pipeline] [profile] [host] [sweep] [preadd] [bandwidth]
 #
 # Without stages it runs tests, fuzz, sanitize, plugin, arch80, bench and vae.
 # suite: the README's test command, whole; its summary line and every failure, error and skip
@@ -19,6 +19,7 @@
 # host: the op's host time per call against stock PyTorch's (trt_gn/lab/host_overhead.py), with its
 # C++ implementation (built for this torch first) and with its Python one.
 # preadd: the pre-add against the separate pass it replaces (trt_gn/lab/pre_add.py).
+# bandwidth: copy, read and write bandwidth by tensor size (trt_gn/lab/bandwidth.py), two allocators.
 # sweep: the cost model's sweep (trt_gn/lab/costmodel.py) on a debug build of the kernels
 # (build-gpu-debug, -DTRT_GN_DEBUG_PLANS=ON): $OUT/sweep.csv, and the fit of it (SWEEP_ARGS adds options).
 #
@@ -219,6 +220,15 @@ PY
       # (PREADD_ARGS adds options): $OUT/pre_add.{csv,log}.
       timeout ${PREADD_TIMEOUT:-400} python3 -m trt_gn.lab.pre_add --out "$OUT/pre_add.csv" ${PREADD_ARGS:-} 2>&1 \
         | tee "$OUT/pre_add.log" | grep -v "^\[" || rc=1 ;;
+    bandwidth)
+      # trt_gn/lab/bandwidth.py: copy, read and write bandwidth by tensor size (BW_SIZES, MiB), with
+      # the default allocator and with expandable segments: $OUT/bw-{default,expandable}.{csv,log}.
+      for conf in "" expandable_segments:True; do
+        name=${conf:+expandable}; name=${name:-default}
+        PYTORCH_CUDA_ALLOC_CONF=$conf timeout ${BW_TIMEOUT:-120} python3 -m trt_gn.lab.bandwidth \
+            --sizes-mb ${BW_SIZES:-67,134,268,537,1074} --label "$name" --out "$OUT/bw-$name.csv" 2>&1 \
+          | tee "$OUT/bw-$name.log" || rc=1
+      done ;;
     vae)
       # trt_gn/lab/vae_decode.py, one run each of VAE_RUNS (default: the 512 and 1024 VAE decodes and
       # the SD 1.5 UNet step), every variant eager, torch.compile and reduce-overhead, timed then
