@@ -113,7 +113,7 @@ def test_bandwidth_probe_small_sizes(tmp_path):
         rows = list(csv.DictReader(f))
     assert [(int(r["size_mib"]), r["kind"]) for r in rows] == [(s, k) for s in (1, 4) for k in bandwidth.KINDS]
     for r in rows:
-        moved = (2 if r["kind"].startswith("copy") else 1) * int(r["size_mib"]) * bandwidth.MB
+        moved = (1 if r["kind"] in ("read", "write") else 2) * int(r["size_mib"]) * bandwidth.MB
         assert float(r["us"]) > 0
         assert float(r["tb_per_s"]) == pytest.approx(moved / (float(r["us"]) * 1e-6) / 1e12, rel=0.01, abs=2e-3)
     assert proc.stdout.count("\n| ") == 2

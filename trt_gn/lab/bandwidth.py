@@ -3,16 +3,19 @@
 For each size (MB of one tensor), timed like every kernel of the lab (20 launches in a CUDA graph,
 median of the replays, trt_gn.lab.bench.time_per_launch_us):
 
-  copy       y.copy_(x), one launch over the whole tensor
-  copy/2     the same bytes as 2 launches over the halves (4: quarters): if the pieces run
-  copy/4     faster than the whole, the cost grows with the span one launch touches
+  copy       y.copy_(x), one launch over the whole tensor: PyTorch copies a contiguous tensor of one
+             dtype with cudaMemcpyAsync, so this is the driver's device-to-device memcpy
+  neg        torch.neg(x, out=y): a kernel on the SMs with a copy's traffic, for where the memcpy
+             is slower than the SMs would be
+  copy/2     the same bytes as 2 memcpys of the halves (4: quarters): if the pieces run faster
+  copy/4     than the whole, the cost grows with the span of one memcpy
   read       x.sum() over fp16 (reads x once; the fp32 result is tiny)
   write      y.fill_(1): writes y once
   copy>4K    the copy into a y that starts 4 KiB (2 MiB) past the start of its allocation: the
   copy>2M    caching allocator puts tensors of a power-of-two size a power of two apart, and if
              the copy is slow only there, reads and writes fall on the same memory channels
 
-Bandwidth counts the bytes each moves (copy: read + write). Run it once as is and once with
+Bandwidth counts the bytes each moves (the copies and neg: read + write). Run it once as is and once with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (the allocator maps memory in 2 MB pages then,
 not in one cudaMalloc a tensor); `--label` names the run in the CSV.
 
@@ -37,7 +40,7 @@ PROG = "python -m trt_gn.lab.bandwidth"
 # 1x256x1024x1024 537 MB.
 DEFAULT_SIZES_MB = (34, 67, 134, 268, 537, 1074)
 MB = 1 << 20
-KINDS = ("copy", "copy/2", "copy/4", "read", "write", "copy>4K", "copy>2M")
+KINDS = ("copy", "neg", "copy/2", "copy/4", "read", "write", "copy>4K", "copy>2M")
 
 
 def _sizes(text: str) -> list[int]:
@@ -89,6 +92,7 @@ def measure(size_mb: int, replays: int) -> dict[str, float]:
     # piece-wise rows are per whole tensor as the copy row is.
     fns = {
         "copy": lambda: y.copy_(x),
+        "neg": lambda: torch.neg(x, out=y),
         "copy/2": pieces(halves, y_halves),
         "copy/4": pieces(quarters, y_quarters),
         "read": lambda: x.sum(dtype=torch.float32),
@@ -124,7 +128,7 @@ def main(argv=None) -> int:
         times = measure(size, args.replays)
         cells = []
         for kind in KINDS:
-            moved = (2 if kind.startswith("copy") else 1) * size * MB
+            moved = (1 if kind in ("read", "write") else 2) * size * MB
             tbps = moved / (times[kind] * 1e-6) / 1e12
             cells.append(f"{times[kind]:.1f} ({tbps:.2f})")
             rows.append({"device": device, "label": label, "size_mib": size, "kind": kind,
