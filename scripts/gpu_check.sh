@@ -225,7 +225,8 @@ PY
       # the default allocator and with expandable segments: $OUT/bw-{default,expandable}.{csv,log}.
       for conf in "" expandable_segments:True; do
         name=${conf:+expandable}; name=${name:-default}
-        PYTORCH_CUDA_ALLOC_CONF=$conf timeout ${BW_TIMEOUT:-120} python3 -m trt_gn.lab.bandwidth \
+        env -u PYTORCH_CUDA_ALLOC_CONF ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} \
+          timeout ${BW_TIMEOUT:-120} python3 -m trt_gn.lab.bandwidth \
             --sizes-mb ${BW_SIZES:-67,134,268,537,1074} --label "$name" --out "$OUT/bw-$name.csv" 2>&1 \
           | tee "$OUT/bw-$name.log" || rc=1
       done ;;
