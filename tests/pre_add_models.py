@@ -37,14 +37,14 @@ class Recorder(CustomGraphPass):
         return b"trt_gn-test-recorder"
 
 
-def compile_and_run(model, *args, with_pass=True):
+def compile_and_run(model, *args, with_pass=True, shared_bias=True):
     """(output, pass or None, recorded graphs) of a fresh Inductor compilation (no cache: the pass runs)."""
     torch._dynamo.reset()
     recorder = Recorder()
     with inductor_config.patch(fx_graph_cache=False, post_grad_custom_post_pass=None), \
             torch._functorch.config.patch(enable_autograd_cache=False), torch.no_grad():
         if with_pass:
-            with compile_passes.enable() as pre_add:
+            with compile_passes.enable(shared_bias=shared_bias) as pre_add:
                 inductor_config.post_grad_custom_post_pass = compile_passes.chain_passes(pre_add, recorder)
                 out = torch.compile(model, fullgraph=True)(*args)
             assert inductor_config.post_grad_custom_post_pass is None  # put back on leaving

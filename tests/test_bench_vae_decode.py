@@ -43,6 +43,9 @@ def test_options(tmp_path, capsys):
                            "--modes", "reduce-overhead", "--profile-iters", "0", "--no-fusion-passes"])
     assert args.resolutions == [1024] and args.compile is False and args.out == Path("x.csv")
     assert args.modes == ["reduce-overhead"] and args.profile_iters == 0 and args.fusion is False
+    assert args.sides == ["stock", "trt_gn"] and args.shared_bias is True
+    args = vae.parse_args(["--sides", "trt_gn", "--no-shared-bias"])
+    assert args.sides == ["trt_gn"] and args.shared_bias is False
     args = vae.parse_args(["--model", "unet", "--markdown", str(tmp_path / "unet.md")])
     assert args.model == "unet" and args.resolutions == [] and args.batch == 2 and args.markdown == tmp_path / "unet.md"
     assert vae.parse_args(["--model", "unet", "--batch", "1"]).batch == 1
@@ -58,6 +61,11 @@ def test_options(tmp_path, capsys):
                           "--modes: ['max-autotune'] not among ['default', 'reduce-overhead']"),
                          (["--modes", ","], "--modes: none not among ['default', 'reduce-overhead']"),
                          (["--profile-iters", "-1"], "--profile-iters must be >= 0"),
+                         (["--sides", "trt_gn,ort"], "--sides: ['ort'] not among ['stock', 'trt_gn']"),
+                         (["--sides", "stock", "--no-shared-bias"],
+                          "--no-shared-bias needs the trt_gn side with its fusion passes on"),
+                         (["--no-fusion-passes", "--no-shared-bias"],
+                          "--no-shared-bias needs the trt_gn side with its fusion passes on"),
                          (["--out", str(tmp_path)],
                           f"--out {tmp_path}: is a directory; give a file name such as {tmp_path / 'vae.csv'}"),
                          (["--markdown", str(tmp_path / "no" / "r.md")],
@@ -258,6 +266,21 @@ def test_breakdown_arithmetic():
         vae.kernel_breakdown([], calls=0)
 
 
+def test_other_kernels_by_name_most_time_first():
+    # per call (2 calls): 10 Inductor kernels of 1..10 us, one in front of trt_gn of 20 us, and a conv
+    events = [event("sm90_xmma_fprop_implicit_gemm", 100.0)] * 2
+    events += [event(f"triton_poi_fused_{i}", float(i)) for i in range(1, 11) for _ in range(2)]
+    events += [event("triton_poi_fused_group_norm_act_0", 20.0)] * 2 + [event("triton_poi_fused_idle", 0.0)] * 2
+    row = vae.Row("64x64 latents", "sd15-unet", "2x4x64x64", "fp16", "trt_gn torch.compile channels_last",
+                  1.0, 1.0, 1.0, 20)
+    row.add_breakdown(vae.kernel_breakdown(events, calls=2))
+    assert vae.OTHER_TOP == 8
+    # the first 8 by time; the 3 smallest with time (1, 2, 3 us) summed; none of zero time listed
+    assert row.other_kernels == ("triton_poi_fused_group_norm_act_0 x1 0.020 ms; " + "; ".join(
+        f"triton_poi_fused_{i} x1 {i / 1000:.3f} ms" for i in range(10, 3, -1)) + "; 3 more x3 0.006 ms")
+    assert row.trt_gn_kernels is None
+
+
 def test_gaps_inside_calls_by_the_kind_after_them():
     # two calls of: conv 0-100, gap 10, trt_gn 110-150, gap 5 (overlapped by nothing), Inductor 155-165;
     # a second stream's record inside the conv leaves no gap; the calls start 1000 us apart
@@ -276,8 +299,11 @@ def test_gaps_inside_calls_by_the_kind_after_them():
     row.add_breakdown(b)
     assert row.gaps_ms == pytest.approx(0.015)
     assert row.trt_gn_kernels == "gnFusedNHWC<__half, 8>(ClusterArgs) x1 0.040 ms"
-    assert vae.summary_lines([row])[-2] == ("512x512 trt_gn torch.compile channels_last: trt_gn kernels a call: "
+    assert vae.summary_lines([row])[-3] == ("512x512 trt_gn torch.compile channels_last: trt_gn kernels a call: "
                                             f"{row.trt_gn_kernels}")
+    assert row.other_kernels == "triton_poi_fused_add_1 x1 0.010 ms"
+    assert vae.summary_lines([row])[-2] == ("512x512 trt_gn torch.compile channels_last: other pointwise/reduction "
+                                            "and Inductor in front of trt_gn, a call: triton_poi_fused_add_1 x1 0.010 ms")
     assert row.gaps_by_kind == ("before trt_gn 0.010 ms (1 gaps, 10.0 us each); before other pointwise/reduction "
                                 "0.005 ms (1 gaps, 5.0 us each); most after: gnFusedNHWC<__half, 8>(ClusterArgs) 10 us, "
                                 "triton_poi_fused_add_1 5 us")
@@ -387,6 +413,14 @@ def test_fusion_passes_guard(monkeypatch):
     with pytest.raises(RuntimeError), vae.fusion_passes(True):
         raise RuntimeError("a failed compile")
     assert calls == ["enable", "disable"] * 2  # off again after a failure too
+    enable = module.enable
+    module.enable = lambda shared_bias=True: calls.append(f"enable shared_bias={shared_bias}") or Handle()
+    with vae.fusion_passes(True, shared_bias=False) as described:
+        assert str(described) == ("trt_gn.compile_passes.enable(shared_bias=False): pre-add pass: 1 graph(s), "
+                                  "2 rewritten")
+    assert calls[4:] == ["enable shared_bias=False", "disable"]
+    del calls[4:]
+    module.enable = enable
     del module.enable
     with pytest.raises(vae.Error) as exc, vae.fusion_passes(True):
         pass
@@ -413,6 +447,8 @@ def test_compile_modes_and_the_profiled_pass_need_what_they_need():
         "stock torch.compile reduce-overhead NCHW", "stock torch.compile reduce-overhead channels_last",
         "trt_gn eager channels_last", "trt_gn torch.compile channels_last",
         "trt_gn torch.compile reduce-overhead channels_last"]
+    assert [v.name for v in vae.variants(("reduce-overhead",), ("trt_gn",))] == [
+        "trt_gn eager channels_last", "trt_gn torch.compile reduce-overhead channels_last"]
     assert [v.mode for v in vae.VARIANTS] == [None, None, "default", "default", "reduce-overhead", "reduce-overhead",
                                               None, "default", "reduce-overhead"]
 

@@ -101,6 +101,21 @@ class Cases(nn.Module):
         return torch.stack(outs)
 
 
+def test_shared_convolution_bias_can_be_left_for_measuring():
+    original = randomise(Chain(), 21)
+    model = copy.deepcopy(original)
+    swap_group_norms(model, pre_add=True)
+    x = torch.randn(2, 4, 8, 8, generator=torch.Generator().manual_seed(22))
+    out, pre_add, graphs = compile_and_run(model, x, shared_bias=False)
+    assert [(d.node, d.action, d.reason) for d in pre_add.report.decisions][0] == (
+        "group_norm_act", "left", "the convolution's output has other users")
+    assert [d.action for d in pre_add.report.decisions] == ["left", "fused", "fused"]
+    (graph,) = graphs
+    assert sum(target is PLAIN for target, _ in graph) == 1  # conv_in's norm keeps the plain op
+    assert compile_passes.PreAddPass(shared_bias=False).uuid() != compile_passes.PreAddPass().uuid()
+    assert_close(out, float64_reference(original, x), torch.float32, what="compiled, shared biases left")
+
+
 def test_left_where_not_exact():
     model = randomise(Cases(), 26)
     g = torch.Generator().manual_seed(27)

@@ -24,6 +24,7 @@ s (write_sum is True where there are any). It takes only what is exact:
     Inductor forms it once it has taken the bias off the convolution), the bias 1-D [C] of the
     output's dtype or float32;
   - an add with alpha, of a scalar, of broadcasting or promoting operands, is left alone.
+enable(shared_bias=False) leaves a convolution whose output has other users alone (to measure that rule).
 Module-level additions (a block's output sum feeding the next block's norm: diffusers' ResnetBlock2D
 chain) are what this pass is for; within one module, trt_gn.swap.swap_group_norms(pre_add=True)
 does the same before tracing.
@@ -130,8 +131,9 @@ def _per_channel(t, n: int, c: int) -> bool:
 class _Candidate:
     """What can move into one group_norm_act node, or why nothing can (reason)."""
 
-    def __init__(self, gn: torch.fx.Node):
+    def __init__(self, gn: torch.fx.Node, shared_bias: bool = True):
         self.gn = gn
+        self.shared_bias = shared_bias
         self.base = self.conv = self.add = self.div = self.residual = self.channel_term = None
         self.reason = ""
         x = gn.args[0]
@@ -144,7 +146,7 @@ class _Candidate:
         if _is(x, aten.add.Tensor):
             self._from_add(x, xv)
         elif _is(x, CONVOLUTION):
-            self.base, self.conv = x, self._conv(x, gn, shared=True)
+            self.base, self.conv = x, self._conv(x, gn, shared=self.shared_bias)
             if self.conv is None:
                 return
         else:
@@ -283,7 +285,9 @@ class _Skip(Exception):
 class PreAddPass(CustomGraphPass):
     """The pass (a CustomGraphPass); its report collects the decisions of every graph it ran on."""
 
-    def __init__(self):
+    def __init__(self, shared_bias: bool = True):
+        # shared_bias: take the bias of a convolution whose output has other users too (they read s)
+        self.shared_bias = shared_bias
         self.report = PreAddReport()
         self._previous = None
         self._installed = False
@@ -292,7 +296,7 @@ class PreAddPass(CustomGraphPass):
         decisions = []
         for gn in [n for n in graph.nodes if _is(n, GROUP_NORM_ACT)]:
             name = gn.name
-            cand = _Candidate(gn)
+            cand = _Candidate(gn, self.shared_bias)
             if cand.reason:
                 decisions.append(Decision(name, "left", cand.reason))
                 continue
@@ -305,7 +309,8 @@ class PreAddPass(CustomGraphPass):
         self.report.decisions.extend(decisions)
 
     def uuid(self) -> bytes:
-        return _custom_graph_pass.get_hash_for_files((__file__, ops.__file__))
+        files = _custom_graph_pass.get_hash_for_files((__file__, ops.__file__))
+        return files if self.shared_bias else files + b"; shared convolution biases left"
 
     # enable() / disable() / context manager
 
@@ -384,8 +389,9 @@ if _INFERENCE_AWARE is not None:
         """_ChainedPasses of which one takes is_inference: Inductor passes it to this one."""
 
 
-def enable() -> PreAddPass:
+def enable(shared_bias: bool = True) -> PreAddPass:
     """Install the pre-add pass for the torch.compile (Inductor) compilations that follow, after any
     post-grad pass configured already; returns it: its report (and summary()) says what it did;
-    disable() (or leaving a `with` block) uninstalls it. Compilations done before are unchanged."""
-    return PreAddPass().install()
+    disable() (or leaving a `with` block) uninstalls it. Compilations done before are unchanged.
+    shared_bias=False leaves a convolution whose output has other users alone (for measuring that rule)."""
+    return PreAddPass(shared_bias).install()

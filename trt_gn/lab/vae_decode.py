@@ -64,6 +64,7 @@ RESOLUTIONS = {512: ("sd15-vae-decoder", 64), 1024: ("sdxl-vae-decoder", 128)}
 UNET = ("sd15-unet", 64, 2)  # recipe, latent height and width, batch
 MODELS = ("vae", "unet")
 MODES = ("default", "reduce-overhead")  # torch.compile modes
+SIDES = ("stock", "trt_gn")
 MIN_ITERS = 5
 
 STOCK_EAGER_NCHW = "stock eager NCHW"
@@ -77,9 +78,10 @@ class Variant:
     mode: str | None  # torch.compile mode; None: eager
 
 
-def variants(modes=MODES) -> tuple[Variant, ...]:
+def variants(modes=MODES, sides=SIDES) -> tuple[Variant, ...]:
     """The variants in table order: stock eager, stock compiled per mode, trt_gn eager, trt_gn
-    compiled per mode (the trt_gn compiled ones last: the fusion passes are on only for them)."""
+    compiled per mode (the trt_gn compiled ones last: the fusion passes are on only for them); those of
+    `sides` only."""
     def compiled(side, layout, mode):
         label = "NCHW" if layout == "nchw" else "channels_last"
         return Variant(f"{side} torch.compile{'' if mode == 'default' else ' ' + mode} {label}", side, layout, mode)
@@ -88,7 +90,7 @@ def variants(modes=MODES) -> tuple[Variant, ...]:
     out += [compiled("stock", layout, m) for m in modes for layout in ("nchw", "nhwc")]
     out.append(Variant("trt_gn eager channels_last", "trt_gn", "nhwc", None))
     out += [compiled("trt_gn", "nhwc", m) for m in modes]
-    return tuple(out)
+    return tuple(v for v in out if v.side in sides)
 
 
 VARIANTS = variants()
@@ -121,6 +123,9 @@ KERNEL_RULES = (
      "ATen's and CUB's other kernels (at::native::, at::cuda::, cub::, elementwise, reduce)"),
 )
 _RULES = tuple((kind, re.compile(pattern)) for kind, pattern, _ in KERNEL_RULES)
+# the kinds whose kernels the summary lists by name (the most time first, OTHER_TOP of them)
+OTHER_KINDS = ("feeds_trt_gn", "other")
+OTHER_TOP = 8
 # trace event categories of GPU work, and the host calls that launch a CUDA graph
 KERNEL_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 GRAPH_LAUNCH = re.compile(r"^cu(da)?GraphLaunch")
@@ -154,6 +159,8 @@ class Breakdown:
     gap_count: dict[str, int] | None = None
     gap_names: dict[str, float] | None = None  # name of the record after a gap -> microseconds
     trt_gn_names: dict[str, list[float]] = field(default_factory=dict)  # trt_gn kernel -> [launches, us]
+    # the kernels of the kinds in OTHER_KINDS (what is neither convolution nor GroupNorm), by name
+    other_names: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def kernel_us(self) -> float:
@@ -180,8 +187,8 @@ def kernel_breakdown(events: list[dict], calls: int) -> Breakdown:
             records.append((float(e["ts"]), float(e["dur"]), kind, name))
             if kind == "unclassified":
                 b.unclassified[name] = b.unclassified.get(name, 0.0) + float(e["dur"])
-            elif kind == "trt_gn":
-                count_us = b.trt_gn_names.setdefault(name, [0, 0.0])
+            elif kind in ("trt_gn",) + OTHER_KINDS:
+                count_us = (b.trt_gn_names if kind == "trt_gn" else b.other_names).setdefault(name, [0, 0.0])
                 count_us[0] += 1
                 count_us[1] += float(e["dur"])
         elif cat in ("cuda_runtime", "cuda_driver") and GRAPH_LAUNCH.search(name):
@@ -240,6 +247,7 @@ class Row:
     gaps_ms: float | None = None  # GPU idle inside a call, in the profiled pass
     gaps_by_kind: str | None = None  # that idle by the kind of the record after each gap
     trt_gn_kernels: str | None = None  # trt_gn's kernels by name: launches and ms a call, most time first
+    other_kernels: str | None = None  # the OTHER_KINDS kernels by name, likewise (the OTHER_TOP first)
 
     def add_breakdown(self, b: Breakdown) -> None:
         self.profiled_calls = b.calls
@@ -250,10 +258,20 @@ class Row:
         self.unclassified_share = b.us["unclassified"] / b.kernel_us if b.kernel_us else 0.0
         self.kernels_per_call = b.kernels / b.calls
         self.graph_launches_per_call = b.graph_launches / b.calls
+        def by_name(names, top=None):
+            ranked = sorted(((n, cu) for n, cu in names.items() if cu[1] > 0.0), key=lambda kv: -kv[1][1])
+            shown = "; ".join(f"{_short(n)} x{c / b.calls:.0f} {us / b.calls / 1000.0:.3f} ms"
+                              for n, (c, us) in ranked[:top])
+            rest = ranked[top:] if top is not None else []
+            if rest:
+                shown += (f"; {len(rest)} more x{sum(c for _, (c, _) in rest) / b.calls:.0f} "
+                          f"{sum(us for _, (_, us) in rest) / b.calls / 1000.0:.3f} ms")
+            return shown
+
         if b.trt_gn_names:
-            ranked = sorted(b.trt_gn_names.items(), key=lambda kv: -kv[1][1])
-            self.trt_gn_kernels = "; ".join(f"{_short(n)} x{c / b.calls:.0f} {us / b.calls / 1000.0:.3f} ms"
-                                            for n, (c, us) in ranked)
+            self.trt_gn_kernels = by_name(b.trt_gn_names)
+        if any(us > 0.0 for _, us in b.other_names.values()):
+            self.other_kernels = by_name(b.other_names, OTHER_TOP)
         if b.gap_us is not None:
             self.gaps_ms = sum(b.gap_us.values()) / b.calls / 1000.0
             kinds = sorted((k for k in b.gap_us if b.gap_count[k]), key=lambda k: -b.gap_us[k])
@@ -404,6 +422,9 @@ def summary_lines(rows: list[Row]) -> list[str]:
     for r in profiled:
         if r.trt_gn_kernels:
             out.append(f"{r.resolution} {r.variant}: trt_gn kernels a call: {r.trt_gn_kernels}")
+        if r.other_kernels:
+            out.append(f"{r.resolution} {r.variant}: other pointwise/reduction and Inductor in front of trt_gn, "
+                       f"a call: {r.other_kernels}")
         if r.gaps_ms:
             host = "" if r.host_ms is None else f" (the host took {r.host_ms:.2f} ms a call to enqueue it, timed pass)"
             out.append(f"{r.resolution} {r.variant}: GPU idle inside a call in the profiled pass {r.gaps_ms:.3f} ms"
@@ -457,22 +478,24 @@ def fusion_passes_module(wanted: bool):
 class _PassesOn:
     """What a fusion pass did, read when the row is made (after the compilation)."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, shared_bias: bool = True):
         self.handle = handle
+        self.call = "enable()" if shared_bias else "enable(shared_bias=False)"
 
     def __str__(self) -> str:
         report = getattr(self.handle, "report", None)
         done = report.summary().splitlines()[0] if report is not None else "on"
-        return f"{FUSION_PASSES_MODULE}.enable(): {done}"
+        return f"{FUSION_PASSES_MODULE}.{self.call}: {done}"
 
 
 @contextlib.contextmanager
-def fusion_passes(wanted: bool, backend: str = "inductor"):
+def fusion_passes(wanted: bool, backend: str = "inductor", shared_bias: bool = True):
     """The one place where trt_gn's torch.compile fusion passes (a convolution's bias and a residual
     add moved into the GroupNorm op) are turned on: around the trt_gn torch.compile variants only, and
     off again after them, with Inductor's and AOTAutograd's graph caches off so that the pass runs (and reports) on every
     graph. Yields what is on, for the report: "none ..." where trt_gn.compile_passes does not exist,
-    "off ..." without `wanted`."""
+    "off ..." without `wanted`. shared_bias=False: the pass leaves a convolution whose output has other
+    users alone."""
     if wanted and backend != "inductor":
         yield f"off (backend {backend} runs no Inductor pass)"
         return
@@ -484,9 +507,9 @@ def fusion_passes(wanted: bool, backend: str = "inductor"):
     import torch._inductor.config as inductor_config
 
     with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
-        handle = passes.enable()
+        handle = passes.enable() if shared_bias else passes.enable(shared_bias=False)
         try:
-            yield _PassesOn(handle)
+            yield _PassesOn(handle, shared_bias)
         finally:
             handle.disable()
 
@@ -523,7 +546,8 @@ def model_inputs(recipe: str, latent: int, batch: int, dtype, seed: int) -> tupl
 
 def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, warmup: int, with_compile: bool = True,
                      modes=MODES, profile_iters: int = 0, fusion: bool = True, backend: str = "inductor",
-                     batch: int = 1, seed: int = 0, log=print) -> list[Row]:
+                     batch: int = 1, seed: int = 0, sides=SIDES, shared_bias: bool = True,
+                     log=print) -> list[Row]:
     """Every variant on one model and latent size, one after another: each compiled variant is
     compiled, checked, timed, profiled (profile_iters > 0, a CUDA device) and checked again before
     the next starts (a fresh dynamo cache each, so no variant reuses or evicts another's compiled code)."""
@@ -552,11 +576,12 @@ def bench_resolution(recipe: str, latent: int, *, device, dtype, iters: int, war
 
     rows: list[Row] = []
     reference = None
-    for v in variants(modes if with_compile else ()):
+    for v in variants(modes if with_compile else (), sides):
         model, x = models[(v.side, v.layout)], inputs[v.layout]
         label = f"{recipe} {v.name}"
         checked = None
-        passes_cm = fusion_passes(fusion, backend) if (v.side == "trt_gn" and v.mode) else contextlib.nullcontext(None)
+        passes_cm = (fusion_passes(fusion, backend, shared_bias) if (v.side == "trt_gn" and v.mode)
+                     else contextlib.nullcontext(None))
         with torch.no_grad(), passes_cm as passes, cudagraphs_or_error(v.mode):
             if v.mode:
                 torch._dynamo.reset()
@@ -647,6 +672,14 @@ def parse_args(argv=None):
     parser.add_argument("--no-fusion-passes", dest="fusion", action="store_false",
                         help="trt_gn variants without the pre-add fusion (swap pre_add=False, no "
                              "trt_gn.compile_passes)")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="comma-separated sides to run, of ['stock', 'trt_gn'] (default: both); one side "
+                             "alone for an A/B of trt_gn builds (TRT_GN_KERNELS_LIBRARY) in separate runs, "
+                             "which then has no speedup column")
+    parser.add_argument("--no-shared-bias", dest="shared_bias", action="store_false",
+                        help="the trt_gn compiled variants' fusion pass leaves a convolution whose output has "
+                             "other users alone (trt_gn.compile_passes.enable(shared_bias=False)), to measure "
+                             "that rule")
     parser.add_argument("--out", type=Path, default=None, help="also write the rows to this CSV file")
     parser.add_argument("--markdown", type=Path, default=None,
                         help="also write the report (header, table, summary) to this markdown file")
@@ -658,6 +691,9 @@ def parse_args(argv=None):
     else:
         args.resolutions = _comma_list(parser, "--resolutions", args.resolutions or "512,1024", RESOLUTIONS, int)
     args.modes = _comma_list(parser, "--modes", args.modes, MODES)
+    args.sides = _comma_list(parser, "--sides", args.sides, SIDES)
+    if not args.shared_bias and not (args.fusion and "trt_gn" in args.sides):
+        parser.error("--no-shared-bias needs the trt_gn side with its fusion passes on")
     if args.iters < MIN_ITERS:
         parser.error(f"--iters must be >= {MIN_ITERS}")
     if args.batch is None:
@@ -685,7 +721,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print(f"{PROG}: error: no CUDA device; this benchmark needs a GPU (H100/H200)", file=sys.stderr)
         return EXIT_MISSING
-    from .. import ops  # registers the op
+    from .. import abi, ops  # ops registers the op
     dtype = ops.DTYPE_BY_NAME[args.dtype]
     log = Progress()
     runs = [(UNET[0], UNET[1])] if args.model == "unet" else [RESOLUTIONS[r] for r in args.resolutions]
@@ -697,7 +733,7 @@ def main(argv=None) -> int:
             rows += bench_resolution(recipe, latent, device="cuda", dtype=dtype, iters=args.iters,
                                      warmup=args.warmup, with_compile=args.compile, modes=args.modes,
                                      profile_iters=args.profile_iters, fusion=args.fusion, batch=args.batch,
-                                     seed=args.seed, log=log)
+                                     seed=args.seed, sides=args.sides, shared_bias=args.shared_bias, log=log)
             torch.cuda.empty_cache()
     except Error as e:  # CompileFallbackError included: the measurement failed
         print(f"{PROG}: error: {e.message}" + (f"\n  hint: {e.hint}" if e.hint else ""), file=sys.stderr)
@@ -709,7 +745,9 @@ def main(argv=None) -> int:
               + (f"kernel time: torch.profiler over {args.profile_iters} further calls, ms a call by kind; "
                  "GPU idle = wall - kernel time" if args.profile_iters else "no profiled pass"),
               f"trt_gn torch.compile fusion passes: {passes if args.compile else 'no compiled variant'}",
-              f"trt_gn op: {ops.implementation()}"]
+              f"trt_gn op: {ops.implementation()}" + (f"; kernels library: {abi.library_path()}"
+                                                      if "trt_gn" in args.sides else ""),
+              f"sides: {', '.join(args.sides)}"]
     text = report(rows, header)
     print(text, end="")
     if args.out is not None:
