@@ -91,6 +91,8 @@ PARAM_CASES = [
      "pre_bias_n_stride (-32) must be 0 or c (32)"),
     (dict(gamma=None, beta=None, pre_bias=ctypes.addressof(_pre_bias_host), affine_dtype=DType.BFLOAT16),
      Status.INVALID_ARGUMENT, "affine_dtype 2 must be the input dtype (1) or TRTGN_DTYPE_FLOAT32"),
+    (dict(pre_bias=ctypes.addressof(_pre_bias_host), pre_bias_float32=1, affine_dtype=DType.BFLOAT16),
+     Status.INVALID_ARGUMENT, "affine_dtype 2 must be the input dtype (1) or TRTGN_DTYPE_FLOAT32"),
     (dict(sum_out=ctypes.addressof(_sum_host)), Status.INVALID_ARGUMENT, "sum_out needs pre_bias or residual"),
     (dict(residual=ctypes.addressof(_residual_host), sum_out=ctypes.addressof(_x_host) + 2 * 100),
      Status.INVALID_ARGUMENT, "sum_out must not overlap x"),
@@ -311,7 +313,10 @@ def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
     # workspace of its own.
     for overrides in (dict(), dict(pre_bias_n_stride=0), dict(pre_bias=None, pre_bias_n_stride=7), dict(residual=None),
                       dict(sum_out=None), dict(pre_bias=None, sum_out=None), dict(x=None, y=None),
-                      dict(layout=Layout.NCHW), dict(y=ctypes.addressof(_x_host))):
+                      dict(layout=Layout.NCHW), dict(y=ctypes.addressof(_x_host)),
+                      # a float32 bias beside gamma/beta of x's dtype (ABI 5), or of no affine at all
+                      dict(pre_bias_float32=1, affine_dtype=DType.FLOAT16),
+                      dict(pre_bias_float32=1, gamma=None, beta=None, affine_dtype=DType.BFLOAT16)):
         plain = abi.workspace_size(valid_params(layout=overrides.get("layout", Layout.NHWC)))
         assert query(kernels_lib, pre_add_params(**overrides)) == (Status.SUCCESS, "", plain), overrides
     # Adjacent buffers touch but do not overlap; a NHWC channel stride extends every tensor.
@@ -320,6 +325,16 @@ def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
     assert query(kernels_lib, pre_add_params(sum_out=end - 2))[:2] == (Status.INVALID_ARGUMENT, "sum_out must not overlap x")
     assert query(kernels_lib, pre_add_params(sum_out=ctypes.addressof(_x_host) + 2 * 2 * C * 16, channel_stride=2 * C))[:2] == (
         Status.INVALID_ARGUMENT, "sum_out must not overlap x")
+
+
+def test_float32_pre_bias_on_an_old_library_is_refused(kernels_lib, monkeypatch):
+    abi.require_pre_bias_float32()  # this library reads the field
+    monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: 4)
+    with pytest.raises(abi.LibraryError) as info:
+        abi.require_pre_bias_float32()
+    assert info.value.message == (f"{kernels_lib.trtgn_path} has ABI version 4; a float32 pre_bias beside weight and "
+                                  "bias of another dtype needs 5: rebuild the library")
+    assert info.value.exit_code == 3
 
 
 def test_pre_add_on_an_old_library_is_refused(kernels_lib, monkeypatch):

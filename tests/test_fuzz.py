@@ -40,7 +40,9 @@ def test_pre_add_draws_reach_every_kind_and_keep_the_old_cases():
     assert 0.4 < sum(c.pre != "-" for c in cases) / len(cases) < 0.6
     biased = [c for c in cases if c.pre_add.bias]
     assert {c.pre_add.bias_fp32 for c in biased} == {False, True}
-    assert all(c.pre_add.bias_fp32 == (c.affine == "fp32") for c in biased if c.affine != "none")
+    assert all(c.pre_add.bias_fp32 for c in biased if c.affine == "fp32")
+    # an fp32 bias beside an affine of x's 16-bit dtype (pre_bias_float32), and one of x's dtype
+    assert {c.pre_add.bias_fp32 for c in biased if c.affine == "x" and c.dtype != "fp32"} == {False, True}
     for case in cases:
         assert fuzz.parse_case(case.spec()) == case
         assert case.spec().count(",") == (14 if case.pre != "-" else 13)
@@ -80,8 +82,8 @@ def test_size_aims_respect_smaller_budgets():
     ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,r+r", r"^pre-add 'r\+r': 'r' is not one of bc, bnc, bc32, bnc32, r, s \(each once\)$"),
     ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bc+bnc", "'bnc' is not one of"),
     ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bq", "'bq' is not one of"),
-    ("1,32,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7,-,bc32", r"the bias takes the affine's dtype \(x\): bc/bnc$"),
-    ("1,32,2,2,8,fp16,nhwc,fp32,silu,1e-5,1,0,7,-,bnc+r", r"the bias takes the affine's dtype \(fp32\): bc32/bnc32$"),
+    ("1,32,2,2,8,fp16,nhwc,fp32,silu,1e-5,1,0,7,-,bnc+r",
+     r"^pre-add 'bnc\+r': beside an fp32 affine the bias is fp32: bc32/bnc32$"),
     ("1,30,2,2,8,fp16,nhwc,x,silu,1e-5,1,0,7", "sizes must be > 0 and G must divide C"),
     ("1,32,2,2,8,fp64,nhwc,x,silu,1e-5,1,0,7", "dtype 'fp64' is not one of"),
     ("1,32,2,2,8,fp16,nhwc,x,gelu,1e-5,1,0,7", "activation 'gelu' is not one of"),
@@ -89,6 +91,12 @@ def test_size_aims_respect_smaller_budgets():
 def test_parse_case_rejects_bad_specs(text, message):
     with pytest.raises(ValueError, match=message):
         fuzz.parse_case(text)
+
+
+def test_parse_case_takes_an_fp32_bias_beside_any_affine():
+    for affine in fuzz.AFFINES:
+        case = fuzz.parse_case(f"1,32,2,2,8,fp16,nhwc,{affine},silu,1e-5,1,0,7,-,bc32+r")
+        assert case.pre_add.bias_fp32 and case.affine == affine
 
 
 def python_m(module, *args):

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from . import errors, spec
 
-ABI_VERSION = 4  # TRTGN_ABI_VERSION this binding mirrors
+ABI_VERSION = 5  # TRTGN_ABI_VERSION this binding mirrors
 # Versions only add functions, and fields at the end of trtgn_params_t: a library of an older one back
 # to this loads, without the newer calls, and reads only the prefix of Params it knows, which is
 # right while the newer fields are NULL (trt_gn/lab/ab.py times earlier revisions through this
 # binding). A call that fills them checks the library first (require_pre_add).
 MIN_ABI_VERSION = 2
 PRE_ADD_ABI_VERSION = 4  # pre_bias, pre_bias_n_stride, residual, sum_out
+PRE_BIAS_FLOAT32_ABI_VERSION = 5  # pre_bias_float32: a float32 pre_bias beside gamma/beta of x's dtype
 
 KERNELS_LIBRARY_ENV = "TRT_GN_KERNELS_LIBRARY"
 PLUGIN_LIBRARY_ENV = "TRT_GN_PLUGIN_LIBRARY"
@@ -87,6 +88,7 @@ class Params(ctypes.Structure):
         ("pre_bias_n_stride", ctypes.c_int64),
         ("residual", ctypes.c_void_p),
         ("sum_out", ctypes.c_void_p),
+        ("pre_bias_float32", ctypes.c_int32),
     ]
 
     def __repr__(self) -> str:
@@ -259,6 +261,19 @@ def status_name(status: int) -> str:
 
 def abi_version() -> int:
     return load().trtgn_abi_version()
+
+
+def require_pre_bias_float32() -> None:
+    """Raise LibraryError unless the loaded kernels library reads pre_bias_float32 (ABI 5): an older
+    one would read a float32 pre_bias as the affine dtype."""
+    lib = load()
+    version = lib.trtgn_abi_version()
+    if version < PRE_BIAS_FLOAT32_ABI_VERSION:
+        raise LibraryError(
+            f"{lib.trtgn_path} has ABI version {version}; a float32 pre_bias beside weight and bias of "
+            f"another dtype needs {PRE_BIAS_FLOAT32_ABI_VERSION}: rebuild the library",
+            KERNELS_BUILD_HINT,
+        )
 
 
 def require_pre_add() -> None:

@@ -305,9 +305,18 @@ ABI_DTYPE = {torch.float32: abi.DType.FLOAT32, torch.float16: abi.DType.FLOAT16,
 def affine_for_abi(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
                    pre_bias: torch.Tensor | None = None):
     """(weight, bias, affine dtype) as the ABI takes them: contiguous, one dtype for both (float32
-    where they differ from x's: it holds every supported dtype exactly). With a pre_bias (it shares
-    the affine dtype): (weight, bias, pre_bias, affine dtype)."""
-    given = (weight, bias) if pre_bias is None else (weight, bias, pre_bias)
+    where they differ from x's: it holds every supported dtype exactly). With a pre_bias: (weight,
+    bias, pre_bias, affine dtype), the pre_bias contiguous, of the affine dtype or float32. A float32
+    pre_bias (a bias summed in fp32) stays float32 beside gamma/beta of x's dtype where the library
+    reads pre_bias_float32 (ABI 5), so neither is converted on every call; with an older library all
+    three take one dtype, as that ABI needs."""
+    if pre_bias is None:
+        given = (weight, bias)
+    elif pre_bias.dtype == torch.float32 and abi.abi_version() >= abi.PRE_BIAS_FLOAT32_ABI_VERSION:
+        weight, bias, affine_dtype = affine_for_abi(x, weight, bias)
+        return weight, bias, pre_bias.contiguous(), affine_dtype
+    else:
+        given = (weight, bias, pre_bias)
     affine_dtype = x.dtype
     if any(t is not None and t.dtype != x.dtype for t in given):
         affine_dtype = torch.float32
@@ -318,20 +327,24 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
                shape=None, pre_bias=None, residual=None, sum_out=None) -> abi.Params:
     """trtgn_params_t for CUDA tensors x and y (contiguous NCHW or channels_last, the same format).
 
-    weight/bias (and pre_bias) must already be as affine_for_abi() returns them. `layout` ("nchw" or
+    weight/bias and pre_bias must already be as affine_for_abi() returns them. `layout` ("nchw" or
     "nhwc") defaults to NCHW where x is contiguous, else NHWC. `shape` (N, C, H, W) and
     `channel_stride` describe a padded NHWC buffer (x then holds N*H*W pixels of channel_stride
     elements).
 
     The pre-add (group_norm_act_add): pre_bias [C] or [N, C], residual with x's dtype, layout and
     strides, sum_out with y's. A library older than the pre-add fields would ignore them, so setting
-    any of them first requires one that has them (abi.require_pre_add raises LibraryError).
+    any of them first requires one that has them (abi.require_pre_add raises LibraryError); likewise
+    a float32 pre_bias beside weight/bias of another dtype (pre_bias_float32, ABI 5).
     """
     n, c, h, w = shape if shape is not None else x.shape
-    affine = [t for t in (weight, bias, pre_bias) if t is not None]
+    affine = [t for t in (weight, bias) if t is not None]
     if len({t.dtype for t in affine}) > 1:
-        raise TypeError("weight, bias and pre_bias must have one dtype (see affine_for_abi)")
-    affine_dtype = affine[0].dtype if affine else x.dtype
+        raise TypeError("weight and bias must have one dtype (see affine_for_abi)")
+    affine_dtype = affine[0].dtype if affine else (pre_bias.dtype if pre_bias is not None else x.dtype)
+    bias_float32 = pre_bias is not None and pre_bias.dtype != affine_dtype
+    if bias_float32 and pre_bias.dtype != torch.float32:
+        raise TypeError("pre_bias must have the dtype of weight and bias, or float32 (see affine_for_abi)")
     if layout is None:
         layout = "nchw" if shape is None and x.is_contiguous() else "nhwc"
     pre_add = {}
@@ -343,6 +356,9 @@ def abi_params(x, y, weight, bias, num_groups, eps, activation, *, layout=None, 
             "residual": residual.data_ptr() if residual is not None else None,
             "sum_out": sum_out.data_ptr() if sum_out is not None else None,
         }
+        if bias_float32:
+            abi.require_pre_bias_float32()
+            pre_add["pre_bias_float32"] = 1
     return abi.Params(
         x=x.data_ptr(),
         y=y.data_ptr(),

@@ -67,7 +67,8 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
     if (!knownDtype(p.dtype)) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown dtype %d", (int)p.dtype);
     if (p.activation != TRTGN_ACTIVATION_NONE && p.activation != TRTGN_ACTIVATION_SILU)
         return fail(TRTGN_STATUS_INVALID_ARGUMENT, "unknown activation %d", (int)p.activation);
-    if ((p.gamma != nullptr || p.beta != nullptr || p.pre_bias != nullptr) && p.affine_dtype != p.dtype &&
+    const bool biasTakesAffine = p.pre_bias != nullptr && p.pre_bias_float32 == 0;
+    if ((p.gamma != nullptr || p.beta != nullptr || biasTakesAffine) && p.affine_dtype != p.dtype &&
         p.affine_dtype != TRTGN_DTYPE_FLOAT32)
         return fail(TRTGN_STATUS_INVALID_ARGUMENT,
                     "affine_dtype %d must be the input dtype (%d) or TRTGN_DTYPE_FLOAT32", (int)p.affine_dtype,
@@ -115,6 +116,7 @@ trtgn_status_t validate(const trtgn_params_t* params, trtgn::Problem* out) {
     q.affineFp32 = p.affine_dtype == TRTGN_DTYPE_FLOAT32;
     q.preBias = p.pre_bias;
     q.preBiasNStride = p.pre_bias != nullptr ? p.pre_bias_n_stride : 0;
+    q.preBiasFp32 = p.pre_bias != nullptr && (p.pre_bias_float32 != 0 || q.affineFp32);
     q.residual = p.residual;
     q.sumOut = p.sum_out;
     return TRTGN_STATUS_SUCCESS;

@@ -26,11 +26,12 @@ struct Problem {
     float eps;
     const void* gamma;
     const void* beta;
-    bool affineFp32;  // gamma/beta (and the pre-add's bias) stored as fp32 (else as dtype)
+    bool affineFp32;  // gamma/beta stored as fp32 (else as dtype)
     // The pre-add: s = x + preBias[n, c] + residual replaces x (NULL: no such
     // term); sumOut receives s. preAdd() says whether there is one.
     const void* preBias;
     int64_t preBiasNStride;  // 0 or c
+    bool preBiasFp32;        // preBias stored as fp32 (else as dtype)
     const void* residual;
     void* sumOut;
     bool preAdd() const { return preBias != nullptr || residual != nullptr; }
@@ -38,7 +39,7 @@ struct Problem {
 
 // The kPre kernels' PreAdd of a problem.
 inline PreAdd preAddOf(const Problem& p) {
-    return PreAdd{p.preBias, p.residual, p.sumOut, p.preBiasNStride, p.cpg, p.affineFp32};
+    return PreAdd{p.preBias, p.residual, p.sumOut, p.preBiasNStride, p.cpg, p.preBiasFp32};
 }
 
 // The device, as planning needs it.

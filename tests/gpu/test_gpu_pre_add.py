@@ -82,6 +82,36 @@ def test_pre_add_matches_reference(dtype, layout):
                                                                   if t is not None))), "an input was changed"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_float32_pre_bias_beside_gamma_of_x_dtype_converts_nothing(dtype):
+    """A UNet resnet's norm2: gamma/beta of x's dtype, the pre-bias (conv bias + time embedding) summed
+    in float32. Neither is converted (pre_bias_float32): trt_gn's kernel alone, no copy kernels; the result
+    is the reference's, and the Python implementation's bits."""
+    gen = torch.Generator(device=DEVICE).manual_seed(63)
+    for shape in ((2, 320, 64, 64), (2, 1280, 8, 8), (1, 512, 64, 64)):
+        n, c = shape[:2]
+        x = (torch.randn(shape, device=DEVICE, generator=gen) * 2 + 0.5).to(dtype)
+        x = x.contiguous(memory_format=torch.channels_last)
+        weight, bias = affine_for(c, "x", dtype, DEVICE, gen)
+        for pre_shape in ((n, c), (c,)):
+            pre_bias = 2 * torch.randn(pre_shape, device=DEVICE, generator=gen)
+            residual = (torch.randn(shape, device=DEVICE, generator=gen) - 1).to(dtype).contiguous(
+                memory_format=torch.channels_last)
+            what = f"{shape} pre_bias {pre_shape}"
+            op(x, weight, bias, 32, 1e-5, "silu", pre_bias, residual, True)  # warm
+            torch.cuda.synchronize()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+                y, s = op(x, weight, bias, 32, 1e-5, "silu", pre_bias, residual, True)
+                torch.cuda.synchronize()
+            kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            assert kernels and all("trtgn::" in k for k in kernels), (what, kernels)  # trt_gn's alone
+            python = ops._group_norm_act_add_cuda(x, weight, bias, 32, 1e-5, "silu", pre_bias, residual, True)
+            assert torch.equal(y, python[0]) and torch.equal(s, python[1]), what
+            ref_y, ref_s = group_norm_act_add_reference(x, weight, bias, 32, 1e-5, "silu", pre_bias, residual)
+            assert_close(y, ref_y, dtype, what=what)
+            assert_close(s, ref_s, dtype, what=f"{what} (sum)")
+
+
 def test_zero_size_and_non_default_stream():
     for shape in ((0, 64, 4, 4), (2, 64, 0, 4)):
         x = torch.empty(shape, device=DEVICE, dtype=torch.float16)

@@ -245,10 +245,15 @@ std::tuple<at::Tensor, at::Tensor> group_norm_act_add_cuda(const at::Tensor& x_i
   if (x.numel() == 0) return {y, s};
   if (g_kernels.abi_version < 4) raise_pre_add_unsupported(x);  // where abi_params calls require_pre_add
 
-  const c10::ScalarType affine_dtype = affine_dtype_for(x, {&weight, &bias, &pre_bias});
+  // ops.affine_for_abi: a float32 pre_bias stays float32 beside gamma/beta of x's dtype where the
+  // library reads pre_bias_float32 (ABI 5); else all three take one dtype.
+  const bool bias_float32 =
+      present(pre_bias) && pre_bias->scalar_type() == at::kFloat && g_kernels.abi_version >= 5;
+  const c10::ScalarType affine_dtype =
+      bias_float32 ? affine_dtype_for(x, {&weight, &bias}) : affine_dtype_for(x, {&weight, &bias, &pre_bias});
   const at::Tensor gamma = affine_for_abi(weight, affine_dtype);
   const at::Tensor beta = affine_for_abi(bias, affine_dtype);
-  const at::Tensor pre = affine_for_abi(pre_bias, affine_dtype);
+  const at::Tensor pre = affine_for_abi(pre_bias, bias_float32 ? at::kFloat : affine_dtype);
   // ops._layout_like: x's memory format (NCHW-contiguous wins a tie, as the layout below does).
   at::Tensor r;
   if (present(residual)) {
@@ -257,6 +262,7 @@ std::tuple<at::Tensor, at::Tensor> group_norm_act_add_cuda(const at::Tensor& x_i
   trtgn_params_t p = params_for(x, y, num_groups, eps, activation, gamma, beta, affine_dtype);
   p.pre_bias = pre.defined() ? pre.data_ptr() : nullptr;
   p.pre_bias_n_stride = pre.defined() && pre.dim() == 2 ? p.c : 0;
+  p.pre_bias_float32 = bias_float32 && affine_dtype != at::kFloat ? 1 : 0;
   p.residual = r.defined() ? r.data_ptr() : nullptr;
   p.sum_out = write_sum ? s.data_ptr() : nullptr;
   launch(p, x);

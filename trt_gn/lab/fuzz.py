@@ -5,7 +5,8 @@ against the float64 reference (trt_gn.reference) through the kernels library's r
     trt-gn fuzz --case "2,459,97,125,17,bf16,nhwc,x,silu,1e-05,1,3,7"   # one case again
 
 Half the cases add a pre-add in front of the normalisation (s = x + pre_bias + residual; see
-PreAdd): pre_bias none, [C] or [N, C], in x's dtype or fp32; a residual or none; sum_out or none.
+PreAdd): pre_bias none, [C] or [N, C], in x's dtype or fp32 (also beside an affine of x's dtype:
+pre_bias_float32); a residual or none; sum_out or none.
 Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
 reached: the summary gives cases and failures per path, dtype and layout, and per path and pre-add
 kind, and the run fails when a path ran on fewer than --min-per-path cases of a dtype and layout,
@@ -127,9 +128,8 @@ def parse_case(text: str) -> Case:
                 float(parts[11]), int(parts[12]), parts[13] if len(parts) >= 14 else "-",
                 parts[14] if len(parts) == 15 else "-")
     pre = parse_pre_add(case.pre)
-    if pre.bias and case.affine != "none" and pre.bias_fp32 != (case.affine == "fp32"):
-        raise ValueError(f"pre-add {case.pre!r}: the bias takes the affine's dtype ({case.affine}): "
-                         f"{'bc32/bnc32' if case.affine == 'fp32' else 'bc/bnc'}")
+    if pre.bias and case.affine == "fp32" and not pre.bias_fp32:
+        raise ValueError(f"pre-add {case.pre!r}: beside an fp32 affine the bias is fp32: bc32/bnc32")
     for value, allowed, what in ((case.dtype, DTYPES, "dtype"), (case.layout, LAYOUTS, "layout"),
                                  (case.affine, AFFINES, "affine"), (case.activation, ACTIVATIONS, "activation"),
                                  (case.special, ("-", "nan", "inf"), "special")):
@@ -222,8 +222,9 @@ def draw_case(pick, aim: str | None = None, max_elements: int = MAX_ELEMENTS, dt
     if not pre_add:
         return case
     kind = pick.choice(PRE_ADD_KINDS[1:]) if pick.unit() < 0.5 else "-"
-    # The bias has the affine's dtype (the ABI's affine_dtype is both's); without an affine, either.
-    fp32 = case.affine == "fp32" or (case.affine == "none" and pick.unit() < 0.5)
+    # The bias: fp32 beside an fp32 affine (the ABI's affine_dtype is both's); else either, fp32
+    # beside an affine of x's dtype being pre_bias_float32.
+    fp32 = case.affine == "fp32" or pick.unit() < 0.5
     if kind.startswith("b") and fp32:
         head, _, rest = kind.partition("+")
         kind = "+".join([head + "32"] + ([rest] if rest else []))
@@ -285,7 +286,10 @@ def set_pre_add(params, case: Case, pre_bias, residual, sum_out) -> None:
     if pre_bias is None and residual is None:
         return
     abi.require_pre_add()
-    if pre_bias is not None:  # affine_dtype is the bias's too (draw_case keeps them one)
+    if pre_bias is not None and case.affine == "x" and pre_bias.dtype != _torch_dtype(case.dtype):
+        abi.require_pre_bias_float32()
+        params.pre_bias_float32 = 1  # a float32 bias beside gamma/beta of x's dtype
+    elif pre_bias is not None:  # affine_dtype is the bias's too (parse_case keeps them one)
         params.affine_dtype = ABI_DTYPE[pre_bias.dtype]
     params.pre_bias = pre_bias.data_ptr() if pre_bias is not None else None
     params.pre_bias_n_stride = case.c if pre_bias is not None and pre_bias.dim() == 2 else 0
@@ -314,7 +318,10 @@ def plan_of(case: Case) -> dict:
         params.pre_bias_n_stride = case.c if pre.bias == "nc" else 0
         params.residual = fake * 6 if pre.residual else None
         params.sum_out = fake * 7 if pre.sum_out else None
-        if pre.bias:
+        if pre.bias and case.affine == "x" and pre.bias_fp32 and case.dtype != "fp32":
+            abi.require_pre_bias_float32()
+            params.pre_bias_float32 = 1
+        elif pre.bias:
             params.affine_dtype = ABI_DTYPE[_torch_dtype("fp32") if pre.bias_fp32 else dtype]
     return abi.describe_plan(params)
 

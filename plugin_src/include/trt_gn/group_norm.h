@@ -45,8 +45,8 @@ extern "C" {
 
 /* Version of this ABI: bumped when a struct, an enum or the set of
  * functions changes. 2: trtgn_kernels_ptx_arch(). 3: trtgn_describe_plan().
- * 4: the pre-add fields at the end of trtgn_params_t. */
-#define TRTGN_ABI_VERSION 4
+ * 4: the pre-add fields at the end of trtgn_params_t. 5: pre_bias_float32. */
+#define TRTGN_ABI_VERSION 5
 
 typedef enum trtgn_status {
     TRTGN_STATUS_SUCCESS = 0,
@@ -90,10 +90,12 @@ typedef struct trtgn_params {
     float epsilon;          /* added to the variance, >= 0 */
     const void* gamma;      /* [c] scale, or NULL for 1 */
     const void* beta;       /* [c] shift, or NULL for 0 */
-    trtgn_dtype_t affine_dtype; /* dtype of gamma/beta (and pre_bias): `dtype` or TRTGN_DTYPE_FLOAT32 */
+    trtgn_dtype_t affine_dtype; /* dtype of gamma/beta (and of pre_bias, unless pre_bias_float32):
+                                   `dtype` or TRTGN_DTYPE_FLOAT32 */
     /* The pre-add (ABI 4). A zero-initialised struct has none: callers that
      * zero-initialise trtgn_params_t stay correct. */
-    const void* pre_bias;       /* NULL, or per-channel bias added to x before the statistics, dtype affine_dtype */
+    const void* pre_bias;       /* NULL, or per-channel bias added to x before the statistics, dtype
+                                   affine_dtype (float32 where pre_bias_float32) */
     int64_t pre_bias_n_stride;  /* elements from image n's biases to image n+1's: 0 ([C], shared by
                                    all images) or c ([N, C]: per image, e.g. a UNet's conv bias + time
                                    embedding). Ignored when pre_bias is NULL. */
@@ -103,6 +105,10 @@ typedef struct trtgn_params {
                                    only with pre_bias or residual. sum_out may overlap none of
                                    x, residual and y, and y may not overlap residual (y may
                                    still equal x). */
+    int32_t pre_bias_float32;   /* ABI 5: nonzero: pre_bias is float32 whatever affine_dtype is (a
+                                   bias summed in fp32, such as a convolution's bias plus a time
+                                   embedding, next to gamma/beta of the input dtype: neither is
+                                   converted); 0: pre_bias has affine_dtype, as in ABI 4. */
 } trtgn_params_t;
 
 /* Bytes of device workspace trtgn_group_norm() needs for these parameters
