@@ -327,21 +327,15 @@ def test_pre_add_validates_and_sizes_without_a_gpu(kernels_lib):
         Status.INVALID_ARGUMENT, "sum_out must not overlap x")
 
 
-def test_float32_pre_bias_on_an_old_library_is_refused(kernels_lib, monkeypatch):
-    abi.require_pre_bias_float32()  # this library reads the field
-    monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: 4)
+@pytest.mark.parametrize("require,old,message", [
+    ("require_pre_add", 3, "has ABI version 3; a pre-add (pre_bias, residual) needs 4: rebuild the library"),
+    ("require_pre_bias_float32", 4,
+     "has ABI version 4; a float32 pre_bias beside weight and bias of another dtype needs 5: rebuild the library"),
+])
+def test_new_fields_on_an_old_library_are_refused(kernels_lib, monkeypatch, require, old, message):
+    getattr(abi, require)()  # this library reads the fields
+    monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: old)
     with pytest.raises(abi.LibraryError) as info:
-        abi.require_pre_bias_float32()
-    assert info.value.message == (f"{kernels_lib.trtgn_path} has ABI version 4; a float32 pre_bias beside weight and "
-                                  "bias of another dtype needs 5: rebuild the library")
-    assert info.value.exit_code == 3
-
-
-def test_pre_add_on_an_old_library_is_refused(kernels_lib, monkeypatch):
-    abi.require_pre_add()  # this library reads the fields
-    monkeypatch.setattr(kernels_lib, "trtgn_abi_version", lambda: 3)
-    with pytest.raises(abi.LibraryError) as info:
-        abi.require_pre_add()
-    assert info.value.message == (f"{kernels_lib.trtgn_path} has ABI version 3; a pre-add (pre_bias, residual) needs 4: "
-                                  "rebuild the library")
+        getattr(abi, require)()
+    assert info.value.message == f"{kernels_lib.trtgn_path} {message}"
     assert info.value.exit_code == 3

@@ -263,30 +263,24 @@ def abi_version() -> int:
     return load().trtgn_abi_version()
 
 
+def _require_abi(needed: int, what: str) -> None:
+    lib = load()
+    version = lib.trtgn_abi_version()
+    if version < needed:
+        raise LibraryError(f"{lib.trtgn_path} has ABI version {version}; {what} needs {needed}: rebuild the library",
+                           KERNELS_BUILD_HINT)
+
+
 def require_pre_bias_float32() -> None:
     """Raise LibraryError unless the loaded kernels library reads pre_bias_float32 (ABI 5): an older
     one would read a float32 pre_bias as the affine dtype."""
-    lib = load()
-    version = lib.trtgn_abi_version()
-    if version < PRE_BIAS_FLOAT32_ABI_VERSION:
-        raise LibraryError(
-            f"{lib.trtgn_path} has ABI version {version}; a float32 pre_bias beside weight and bias of "
-            f"another dtype needs {PRE_BIAS_FLOAT32_ABI_VERSION}: rebuild the library",
-            KERNELS_BUILD_HINT,
-        )
+    _require_abi(PRE_BIAS_FLOAT32_ABI_VERSION, "a float32 pre_bias beside weight and bias of another dtype")
 
 
 def require_pre_add() -> None:
     """Raise LibraryError unless the loaded kernels library reads the pre-add fields of Params
     (ABI 4): an older one would silently ignore pre_bias, residual and sum_out."""
-    lib = load()
-    version = lib.trtgn_abi_version()
-    if version < PRE_ADD_ABI_VERSION:
-        raise LibraryError(
-            f"{lib.trtgn_path} has ABI version {version}; a pre-add (pre_bias, residual) needs "
-            f"{PRE_ADD_ABI_VERSION}: rebuild the library",
-            KERNELS_BUILD_HINT,
-        )
+    _require_abi(PRE_ADD_ABI_VERSION, "a pre-add (pre_bias, residual)")
 
 
 def kernels_ptx_arch() -> int:
