@@ -278,6 +278,11 @@ def make_pre_add(case: Case, x, device="cuda"):
     return pre_bias, residual
 
 
+def _bias_float32(case: Case) -> bool:
+    """Whether the case's bias is float32 beside gamma/beta of x's 16-bit dtype (pre_bias_float32)."""
+    return case.pre_add.bias_fp32 and case.affine == "x" and case.dtype != "fp32"
+
+
 def set_pre_add(params, case: Case, pre_bias, residual, sum_out) -> None:
     """Fill the pre-add fields of `params` (pointers of the tensors, None where absent); checks
     first that the library reads them (abi.require_pre_add)."""
@@ -286,9 +291,9 @@ def set_pre_add(params, case: Case, pre_bias, residual, sum_out) -> None:
     if pre_bias is None and residual is None:
         return
     abi.require_pre_add()
-    if pre_bias is not None and case.affine == "x" and pre_bias.dtype != _torch_dtype(case.dtype):
+    if pre_bias is not None and _bias_float32(case):
         abi.require_pre_bias_float32()
-        params.pre_bias_float32 = 1  # a float32 bias beside gamma/beta of x's dtype
+        params.pre_bias_float32 = 1
     elif pre_bias is not None:  # affine_dtype is the bias's too (parse_case keeps them one)
         params.affine_dtype = ABI_DTYPE[pre_bias.dtype]
     params.pre_bias = pre_bias.data_ptr() if pre_bias is not None else None
@@ -318,7 +323,7 @@ def plan_of(case: Case) -> dict:
         params.pre_bias_n_stride = case.c if pre.bias == "nc" else 0
         params.residual = fake * 6 if pre.residual else None
         params.sum_out = fake * 7 if pre.sum_out else None
-        if pre.bias and case.affine == "x" and pre.bias_fp32 and case.dtype != "fp32":
+        if pre.bias and _bias_float32(case):
             abi.require_pre_bias_float32()
             params.pre_bias_float32 = 1
         elif pre.bias:
