@@ -608,6 +608,33 @@ def unsteady_note(rows: list[Row]) -> str | None:
             "round is shown. Run again if the marked ratios matter.")
 
 
+SLOW_COPY = 0.8  # a copy under this fraction of the run's fastest copy bandwidth is named
+ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+
+
+def slow_copy_note(rows: list[Row], min_bytes: int) -> str | None:
+    """A note naming the copies of tensors of at least min_bytes (set it past the L2, so that the
+    copies run from memory) whose bandwidth, read and written, is under SLOW_COPY of the fastest such
+    copy of the run, or None. The copy is PyTorch's copy_, the driver's device-to-device memcpy,
+    which runs slower on some sizes than on others (an H200: a span of exactly 512 MiB, or of 1 GiB
+    and more): the ratios of those shapes are against a slower copy than the others'."""
+    copies = []
+    for r in rows:
+        nbytes = r.n * r.c * r.h * r.w * ELEMENT_BYTES[r.dtype]
+        if r.impl == COPY and nbytes >= min_bytes:
+            copies.append((2 * nbytes / (r.us_per_launch * 1e-6) / 1e12, nbytes, r))
+    if len(copies) < 2:
+        return None
+    fastest = max(copies, key=lambda c: c[0])
+    slow = [c for c in copies if c[0] < SLOW_COPY * fastest[0]]
+    if not slow:
+        return None
+    named = "; ".join(f"{r.shape} {r.dtype} ({nbytes / 2**20:.0f} MiB) at {tb:.2f} TB/s" for tb, nbytes, r in slow)
+    return (f"Slow copies: {named}, against {fastest[0]:.2f} TB/s for {fastest[2].shape} {fastest[2].dtype} "
+            "(bytes read and written): the copy is the driver's device-to-device memcpy, slower on some sizes, "
+            "so those shapes' ratios are against a slower copy than the others'.")
+
+
 def library_lines(capability: tuple[int, int], ptx_arch: int, path: str) -> list[str]:
     """The kernels library a run uses and the code it runs on this GPU, and a warning where a GPU of
     compute capability 9.0 or later runs a build without a Hopper architecture (its times are then not
@@ -667,6 +694,10 @@ def main(shape_names=None, dtypes=DTYPES, layouts=LAYOUTS, replays=MIN_REPLAYS, 
     note = unsteady_note(rows)
     if note:
         console.print(note)
+    # Copies of at least twice the L2 run from memory: their bandwidths compare.
+    note = slow_copy_note(rows, 2 * torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size)
+    if note:
+        console.print(note, markup=False, highlight=False, soft_wrap=True)
     console.print(L2_NOTE)
     write_outputs(rows, Path(out_dir), console)
     return rows
