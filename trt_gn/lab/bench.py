@@ -616,9 +616,9 @@ def slow_copy_note(rows: list[Row], min_bytes: int) -> str | None:
     """A note naming the copies of tensors of at least min_bytes (set it past the L2, so that the
     copies run from memory) whose bandwidth, read and written, is under SLOW_COPY of the fastest such
     copy of the run, or None. The copy is PyTorch's copy_, the driver's device-to-device memcpy,
-    which runs slower on some sizes than on others (a span of exactly 512 MiB, or of 1 GiB and more:
-    2.71 against 4.2 TB/s on an H200, 2.43 against 3.0 on an H100), while copies of one GPU otherwise
-    differ by a few percent: the ratios of those shapes are against a slower copy than the others'."""
+    which runs markedly slower on some spans (exactly 512 MiB, or 1 GiB and more, on an H100 and an
+    H200; docs/lab/bench-history/kernel-notes.md) while other copies of one GPU differ by a few
+    percent: the ratios of those shapes are against a slower copy than the others'."""
     copies = []
     for r in rows:
         nbytes = r.n * r.c * r.h * r.w * ELEMENT_BYTES[r.dtype]
