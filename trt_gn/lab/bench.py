@@ -609,7 +609,6 @@ def unsteady_note(rows: list[Row]) -> str | None:
 
 
 SLOW_COPY = 0.9  # a copy under this fraction of the run's fastest copy bandwidth is named
-ELEMENT_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 
 
 def slow_copy_note(rows: list[Row], min_bytes: int) -> str | None:
@@ -621,7 +620,7 @@ def slow_copy_note(rows: list[Row], min_bytes: int) -> str | None:
     percent: the ratios of those shapes are against a slower copy than the others'."""
     copies = []
     for r in rows:
-        nbytes = r.n * r.c * r.h * r.w * ELEMENT_BYTES[r.dtype]
+        nbytes = r.n * r.c * r.h * r.w * _torch_dtype(r.dtype).itemsize
         if r.impl == COPY and nbytes >= min_bytes:
             copies.append((2 * nbytes / (r.us_per_launch * 1e-6) / 1e12, nbytes, r))
     if len(copies) < 2:
