@@ -406,6 +406,7 @@ def test_plan_column_and_summary():
     assert bench.plan_summary({"path": "clusters", "cluster": 1, "vpt": 2, "split": 2}) == \
         "clusters of 1, 2 vec/thread x2 blocks"
     assert bench.plan_summary({"path": "streaming-grid", "slices": 1}) == "streaming grid"
+    assert bench.plan_summary({"path": "streaming-grid", "kernel": "gnRollingNCHW", "slices": 1}) == "rolling grid"
 
 
 def test_host_overhead_steps_without_a_gpu():

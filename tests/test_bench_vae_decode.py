@@ -85,7 +85,7 @@ def test_help_documents_the_passes_and_the_rules(capsys):
                   "profiled, separately afterwards: --profile-iters calls under torch.profiler",
                   "the timed pass's wall time minus that kernel time", "--no-fusion-passes",
                   "Kernel kinds, by name (the first rule that matches wins",
-                  "gnFused*, gnOnChip*, gnStream*, gnPersistent*, gnStats*, gnFinalize, gnApply*"):
+                  "gnFused*, gnOnChip*, gnStream*, gnPersistent*, gnRolling*, gnStats*, gnFinalize, gnApply*"):
         assert words in text, words
     assert all(f" {i}. " in text for i in range(1, len(vae.KERNEL_RULES) + 1))
 
@@ -173,6 +173,7 @@ NAMED_KERNELS = (
     ("void trtgn::(anonymous namespace)::gnFinalize(trtgn::(anonymous namespace)::FinalizeArgs)", "trt_gn"),
     ("void trtgn::(anonymous namespace)::gnApplyNCHW<float>(trtgn::(anonymous namespace)::TwoPassArgs)", "trt_gn"),
     ("gnPersistentNCHW", "trt_gn"),
+    ("void trtgn::(anonymous namespace)::gnRollingNCHW<__half>(trtgn::GridArgs, trtgn::RollPlan)", "trt_gn"),
     ("triton_poi_fused_convolution_group_norm_act_4", "feeds_trt_gn"),
     ("triton_per_fused_add_clone_convolution_div_native_group_norm_silu_7", "stock_gn"),
     ("triton_red_fused_native_group_norm_0", "stock_gn"),

@@ -164,3 +164,15 @@ def test_coverage_gaps_name_each_missing_cell():
     counts[("streaming-grid", "bf16", "nchw")] = 1
     assert fuzz.coverage_gaps(counts, 5) == ["streaming-grid bf16 nchw: 1"]
     assert fuzz.coverage_gaps(counts, 1) == []
+
+
+def test_kernel_gaps_name_each_missing_cell():
+    from collections import Counter
+
+    assert fuzz.COVERED_KERNELS == {"gnRollingNCHW": ("nchw",)}
+    counts = Counter({("gnRollingNCHW", d, "nchw"): 5 for d in fuzz.DTYPES})
+    counts[("gnRollingNCHW", "fp32", "nchw")] = 2
+    counts[("gnRollingNCHW", "fp16", "nhwc")] = 9  # a layout the kernel does not take is not asked for
+    assert fuzz.kernel_gaps(counts, 5) == ["gnRollingNCHW fp32 nchw: 2"]
+    assert fuzz.kernel_gaps(counts, 2) == []
+    assert fuzz.kernel_gaps(Counter(), 1) == [f"gnRollingNCHW {d} nchw: 0" for d in fuzz.DTYPES]

@@ -24,11 +24,12 @@ def test_planner_on_described_devices(tmp_path):
     # Every path was reached on the Hopper descriptions, none of the grids elsewhere.
     for device in ("H100", "H200"):
         counts = next(line for line in lines if line.startswith(f"{device}: "))
-        assert all(f"{path} 0," not in counts and not counts.endswith(f"{path} 0")
+        assert all(f"{path} 0," not in counts and f"{path} 0 " not in counts and not counts.endswith(f"{path} 0")
                    for path in ("clusters", "on-chip grid", "streaming grid", "two-pass")), counts
+        assert "(rolling 0)" not in counts, counts
     for device in ("8.9 GPU", "H100, build without sm_90"):
         counts = next(line for line in lines if line.startswith(f"{device}: "))
-        assert "on-chip grid 0, streaming grid 0," in counts, counts
+        assert "on-chip grid 0, streaming grid 0 (rolling 0)," in counts, counts
 
 
 def test_path_names_have_one_table():

@@ -198,6 +198,36 @@ constexpr int kNchwHeaderBytes = 128 + 32 * 16 + kNchwTable * 8;
 // channels' state: 100-128.)
 TRTGN_HD constexpr int nchwThreads(bool streaming) { return streaming ? 2 * kGridThreads : kGridThreads; }
 
+// The rolling NCHW grid (gnRollingNCHW): block b holds elements
+// [b * chunk, (b + 1) * chunk) of every (n, group) in turn, a "slice", in
+// batches of `batch` (n, group)s; shared memory holds `slots` batches. A batch
+// is written `lag` batches after it was summed, once every block has added
+// its partial (a counter an (n, group)), so x is read once and y written once
+// while reads and writes overlap. GridArgs.chunk is the slice's elements.
+constexpr int kRollMaxBatch = 8;   // (n, group)s a batch
+constexpr int kRollMaxBlocks = 160;  // blocks (SMs) the workspace holds partials for
+constexpr int kRollMaxSlots = 16;  // batches in shared memory
+constexpr int kRollWarps = kGridThreads / 32;
+// Shared memory: mbarriers (two a slot: the copies landed, the statistics
+// ready), the warps' sums (two batches'), the statistics (a slot's batch
+// each), gamma/beta of the block's channels [group][channel of the slice],
+// each slice's (n, group)'s first vector, then the slices.
+constexpr int kRollOffScratch = 2 * kRollMaxSlots * 8;
+constexpr int kRollOffStats = kRollOffScratch + 2 * kRollWarps * kRollMaxBatch * 16;
+constexpr int kRollOffAffine = kRollOffStats + kRollMaxSlots * kRollMaxBatch * 16;
+constexpr int kRollOffFirst = kRollOffAffine + kNchwTable * 8;
+constexpr int kRollHeaderBytes = kRollOffFirst + kRollMaxSlots * kRollMaxBatch * 16;
+static_assert(kRollHeaderBytes % 128 == 0, "the slices start 128-byte aligned");
+struct RollPlan {
+    unsigned int* counters;  // workspace: one a (n, group), set by the launcher
+    int segments;            // (n, group)s: n * groups
+    int batch;               // (n, group)s a batch (<= kRollMaxBatch)
+    int slots;               // batches in shared memory (<= kRollMaxSlots)
+    int lag;                 // batches summed after a batch and before it is written: slots - 1
+    int sliceBytes;          // shared memory a slice takes (chunk elements, 128-byte aligned)
+    int chans;               // the most channels a block's slice of a (n, group) touches
+};
+
 // ----------------------------------------------------------- two-pass ----
 
 constexpr int kTwoPassThreadsNHWC = 512;  // 2 blocks an SM

@@ -1319,6 +1319,224 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
 #endif
 }
 
+// ------------------------------------------------------------ rolling ----
+
+// gnRollingNCHW: see RollPlan (group_norm_args.h). One block an SM, every
+// block co-resident (cooperative launch). The last kRollStatsWarps warps
+// compute statistics, the others ("workers") sum and write. Workers, step k:
+// write batch k - lag (its statistics ready, y from shared memory, then the
+// slot refilled with batch k - lag + slots), then sum batch k (a partial an
+// (n, group) to the workspace and its counter bumped). A statistics warp, for
+// every kRollStatsWarps-th batch, waits for the batch's counters, adds every
+// block's partials and marks the statistics ready, so no round trip to L2
+// lies on the workers' path. A block waits for batch j only after it has
+// published every batch up to j + lag, and every block publishes in the same
+// order, so with all blocks resident no wait can close a cycle.
+// Numerics as the streaming NCHW grid's: a thread sums x - kt in fp32 (kt its
+// first value, each vector's own sums first), a block's partial is (mean - k,
+// M2) of its slice, k the (n, group)'s first element, which every block
+// copies with its slice before it publishes (so y may alias x). Every block
+// adds the partials in the same order: bit-identical statistics.
+constexpr int kRollStatsWarps = 4;
+constexpr int kRollWorkerWarps = kRollWarps - kRollStatsWarps;
+constexpr int kRollWorkers = kRollWorkerWarps * 32;
+constexpr int kRollPartialsALane = (kRollMaxBlocks + 31) / 32;
+__device__ __forceinline__ void workersSync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(kRollWorkers) : "memory");
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, RollPlan r) {
+#if __CUDA_ARCH__ >= 900
+    constexpr int NT = kRollWorkers, VEC = kVec16<T>;
+    extern __shared__ __align__(128) unsigned char smem[];
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem);       // [slot]: the copies landed
+    uint64_t* ready = full + kRollMaxSlots;                   // [slot]: the statistics computed
+    double2* scratch = reinterpret_cast<double2*>(smem + kRollOffScratch);  // [2][warp][batch]
+    float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [slot][batch]
+    float2* affine = reinterpret_cast<float2*>(smem + kRollOffAffine);
+    uint4* firsts = reinterpret_cast<uint4*>(smem + kRollOffFirst);  // [slot][batch]
+    unsigned char* slices = smem + kRollHeaderBytes;                  // [slot][batch][sliceBytes]
+
+    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+    const int blocks = int(gridDim.x), b = int(blockIdx.x);
+    const int64_t segLen = int64_t(a.cpg) * a.hw;
+    const int64_t e0 = int64_t(b) * a.chunk;  // the slice's first element in its (n, group)
+    const int64_t len = segLen - e0 < a.chunk ? (segLen - e0 > 0 ? segLen - e0 : 0) : a.chunk;
+    const int vecs = int(len / VEC);
+    const int batches = (r.segments + r.batch - 1) / r.batch;
+    // Offsets within a (n, group) fit 32 bits (the planner makes sure).
+    const uint32_t chBase = uint32_t(e0) / uint32_t(a.hw);
+    const int chans = len == 0 ? 0 : int(uint32_t(e0 + len - 1) / uint32_t(a.hw) - chBase) + 1;
+    const T* x = static_cast<const T*>(a.x);
+    T* y = static_cast<T*>(a.y);
+
+    // Thread 0: batch j's slices and first vectors into slot j % slots, one
+    // barrier phase for all of them.
+    auto issue = [&](int j) {
+        const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
+        uint64_t* bar = &full[slot];
+        mbarArriveExpectTx(bar, uint32_t(nb) * uint32_t(16 + len * int64_t(sizeof(T))));
+        for (int i = 0; i < nb; ++i) {
+            const T* seg = x + int64_t(s0 + i) * segLen;
+            bulkCopy(&firsts[slot * kRollMaxBatch + i], seg, 16, bar, false);
+            if (len > 0)
+                bulkCopy(slices + (int64_t(slot) * r.batch + i) * r.sliceBytes, seg + e0,
+                         uint32_t(len * int64_t(sizeof(T))), bar, true);
+        }
+    };
+    if (t == 0) {
+        for (int s = 0; s < r.slots; ++s) {
+            mbarInit(&full[s], 1);
+            mbarInit(&ready[s], 1);
+        }
+        fenceBarrierInit();
+        for (int j = 0; j < r.slots && j < batches; ++j) issue(j);
+    }
+    for (int e = t; e < a.groups * chans; e += kGridThreads) {
+        const int g = e / chans, q = e - g * chans;
+        const int64_t ch = int64_t(g) * a.cpg + chBase + q;
+        affine[e] = make_float2(loadAffine<T>(a.gamma, ch, a.affineFp32, 1.f),
+                                loadAffine<T>(a.beta, ch, a.affineFp32, 0.f));
+    }
+    // The counters start at zero in every launch: zeroed here, then a grid
+    // barrier before any block adds to them (the copies are in flight).
+    for (int s = b * kGridThreads + t; s < r.segments; s += blocks * kGridThreads) r.counters[s] = 0u;
+    cg::this_grid().sync();
+
+    auto firstOf = [&](int slot, int i) {
+        Raw<T, VEC> v;
+        v.s = firsts[slot * kRollMaxBatch + i];
+        return v.get(0);
+    };
+    auto sliceOf = [&](int slot, int i) {
+        return reinterpret_cast<const uint4*>(slices + (int64_t(slot) * r.batch + i) * r.sliceBytes);
+    };
+
+    if (warp >= kRollWorkerWarps) {
+        // The statistics warps, batch j by warp kRollWorkerWarps + j % kRollStatsWarps: lane i
+        // waits for counter i of the batch; then every lane loads its share of each (n, group)'s
+        // partials (all in flight at once) and the warp adds them in a fixed order (every block
+        // the same).
+        for (int j = warp - kRollWorkerWarps; j < batches; j += kRollStatsWarps) {
+            const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
+            if (lane < nb) {
+                while (ldAcquire(&r.counters[s0 + lane]) < unsigned(blocks)) __nanosleep(32);
+            }
+            __syncwarp();
+            float2 v[kRollMaxBatch][kRollPartialsALane];
+#pragma unroll
+            for (int i = 0; i < kRollMaxBatch; ++i) {
+#pragma unroll
+                for (int u = 0; u < kRollPartialsALane; ++u) {
+                    const int q = lane + 32 * u;
+                    v[i][u] = i < nb && q < blocks ? __ldcg(&a.partials[int64_t(s0 + i) * blocks + q])
+                                                   : make_float2(0.f, 0.f);
+                }
+            }
+            mbarWait(&full[slot], uint32_t(j / r.slots) & 1u);  // the first vectors (k) have landed
+#pragma unroll
+            for (int i = 0; i < kRollMaxBatch; ++i) {
+                if (i < nb) {
+                    double u1 = 0.0, u2 = 0.0;
+#pragma unroll
+                    for (int u = 0; u < kRollPartialsALane; ++u) {
+                        const int64_t rest = segLen - int64_t(lane + 32 * u) * a.chunk;
+                        const double cnt = double(rest < a.chunk ? (rest > 0 ? rest : 0) : a.chunk), m = v[i][u].x;
+                        u1 += cnt * m;
+                        u2 += v[i][u].y + cnt * m * m;
+                    }
+                    u1 = warpSum(u1);
+                    u2 = warpSum(u2);
+                    if (lane == 0)
+                        stats[slot * kRollMaxBatch + i] = finishStats(u1, u2, a.invCount, firstOf(slot, i), a.eps);
+                }
+            }
+            if (lane == 0) mbarArrive(&ready[slot]);
+            __syncwarp();
+        }
+        return;
+    }
+
+    auto sumBatch = [&](int j) {
+        const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
+        mbarWait(&full[slot], uint32_t(j / r.slots) & 1u);
+        double2* sc = scratch + (j & 1) * kRollWarps * kRollMaxBatch;
+        for (int i = 0; i < nb; ++i) {
+            const uint4* sv = sliceOf(slot, i);
+            const float kt = t < vecs ? Raw<T, VEC>{sv[t]}.get(0) : 0.f;
+            float s1 = 0.f, s2 = 0.f;
+            for (int v = t; v < vecs; v += NT) {
+                Raw<T, VEC> xv;
+                xv.s = sv[v];
+                float l1 = 0.f, l2 = 0.f;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) {
+                    const float d = xv.get(e) - kt;
+                    l1 += d;
+                    l2 = fmaf(d, d, l2);
+                }
+                s1 += l1;
+                s2 += l2;
+            }
+            const int mine = t < vecs ? (vecs - 1 - t) / NT + 1 : 0;
+            double2 d = shiftedSums(s1, s2, double(mine * VEC), double(kt) - double(firstOf(slot, i)));
+            d.x = warpSum(d.x);
+            d.y = warpSum(d.y);
+            if (lane == 0) sc[warp * kRollMaxBatch + i] = d;
+        }
+        workersSync();
+        if (t < nb) {
+            double u1 = 0.0, u2 = 0.0;
+            for (int w = 0; w < kRollWorkerWarps; ++w) {
+                u1 += sc[w * kRollMaxBatch + t].x;
+                u2 += sc[w * kRollMaxBatch + t].y;
+            }
+            const double m = len > 0 ? u1 / double(len) : 0.0;
+            a.partials[int64_t(s0 + t) * blocks + b] = make_float2(float(m), float(u2 - u1 * m));
+            redAddRelease(&r.counters[s0 + t], 1u);
+        }
+        // The next batch's sums use the other half of the scratch; the one
+        // after waits for this batch's workersSync above.
+    };
+
+    auto writeBatch = [&](int j) {
+        const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
+        mbarWait(&ready[slot], uint32_t(j / r.slots) & 1u);
+        for (int i = 0; i < nb; ++i) {
+            const float4 st = stats[slot * kRollMaxBatch + i];
+            const float2* gb = affine + ((s0 + i) % a.groups) * chans;
+            const uint4* sv = sliceOf(slot, i);
+            T* ys = y + int64_t(s0 + i) * segLen + e0;
+            ChannelWalk walk = ChannelWalk::from(uint32_t(e0) + uint32_t(t * VEC), uint32_t(NT * VEC), uint32_t(a.hw));
+            for (int v = t; v < vecs; v += NT) {
+                const float2 ab = gb[walk.next() - chBase];
+                const float scale = st.z * ab.x, shift = ab.y - st.y * scale;
+                Raw<T, VEC> xv;
+                xv.s = sv[v];
+                float o[VEC];
+                if constexpr (kIsBf16<T>) {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[e] = activate(fmaf(xv.get(e) - st.x, scale, shift), a.act);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) o[e] = fmaf(xv.get(e) - st.x, scale, shift);
+                    activateVec(o, a.act);
+                }
+                storeVec<T, VEC, Cache::kStreaming, true>(ys + int64_t(v) * VEC, o);
+            }
+        }
+        workersSync();  // the slot has been read: the next copy may land in it
+        if (t == 0 && j + r.slots < batches) issue(j + r.slots);
+    };
+
+    for (int k = 0; k < batches + r.lag; ++k) {
+        if (k >= r.lag) writeBatch(k - r.lag);
+        if (k < batches) sumBatch(k);
+    }
+#endif
+}
+
 // ---------------------------------------------------------------- launch ----
 
 // kPre: the pre-add's kernels (the planner gives a pre-add no kStreamNHWCAhead).
@@ -1333,6 +1551,8 @@ const void* gridKernelT(GridKernel k) {
             if constexpr (kPre) return nullptr;
             return reinterpret_cast<const void*>(&gnStreamNHWC<T, true>);
         case GridKernel::kStreamNCHW: return reinterpret_cast<const void*>(&gnPersistentNCHW<T, true, kPre>);
+        case GridKernel::kRollingNCHW:  // no pre-add (see the planner)
+            return kPre ? nullptr : reinterpret_cast<const void*>(&gnRollingNCHW<T>);
     }
     return nullptr;
 }
@@ -1413,8 +1633,12 @@ cudaError_t launchGrid(const Plan& plan, void* workspace, cudaStream_t stream) {
     const bool onChipNhwc = g.kernel == GridKernel::kOnChipNHWC || g.kernel == GridKernel::kOnChipNHWCTwoGroups;
     void* args0 = pre ? static_cast<void*>(&w) : static_cast<void*>(&a);
     void* onChipArgs[] = {args0, &onChip, &slicesMap};
+    RollPlan roll = g.roll;
+    roll.counters = reinterpret_cast<unsigned int*>(static_cast<unsigned char*>(workspace) + g.rollCountersOffset);
+    void* rollArgs[] = {args0, &roll};
     void* otherArgs[] = {args0};
-    return cudaLaunchKernelExC(&cfg, kernel, onChipNhwc ? onChipArgs : otherArgs);
+    return cudaLaunchKernelExC(&cfg, kernel,
+                               onChipNhwc ? onChipArgs : g.kernel == GridKernel::kRollingNCHW ? rollArgs : otherArgs);
 }
 
 }  // namespace trtgn

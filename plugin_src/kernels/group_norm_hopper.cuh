@@ -35,6 +35,14 @@ __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes
 #endif
 }
 
+// This thread's arrival (a release: its earlier writes are seen by whoever
+// waits for the phase).
+__device__ __forceinline__ void mbarArrive(uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
+#endif
+}
+
 // Waits for phase `parity` of a barrier completed by this block's bulk copies.
 __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
 #if __CUDA_ARCH__ >= 900
@@ -69,12 +77,12 @@ __device__ __forceinline__ void mbarWaitCluster(uint64_t* bar, uint32_t parity) 
 // ---- bulk copies ----
 
 // Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from
-// global to shared memory; the mbarrier completes when they have landed.
+// global to shared memory, counted on the mbarrier: several copies may count
+// on one barrier phase, whose bytes one mbarArriveExpectTx announced.
 // evictFirst: the lines are marked first to go from L2 (streaming: the data
 // is on chip now, and L2 is better spent on what will be read again).
-__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evictFirst) {
+__device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evictFirst) {
 #if __CUDA_ARCH__ >= 900
-    mbarArriveExpectTx(bar, bytes);
     if (evictFirst) {
         uint64_t policy;
         asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
@@ -93,6 +101,12 @@ __device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t by
 #endif
 }
 
+// One copy that completes a barrier phase of its own: the arrival and the copy.
+__device__ __forceinline__ void bulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar, bool evictFirst) {
+    mbarArriveExpectTx(bar, bytes);
+    bulkCopy(dst, src, bytes, bar, evictFirst);
+}
+
 // Copies the box of the 2-D tensor map at (column c0, row r0) to shared
 // memory (128-byte aligned); the mbarrier completes when its `bytes` (the
 // whole box, rows past the tensor filled with zeros) have landed.
@@ -106,6 +120,23 @@ __device__ __forceinline__ void tensorLoad2d(void* dst, const CUtensorMap* map, 
         "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(smemAddr(bar))
         : "memory");
 #endif
+}
+
+// ---- flags between the blocks of a co-resident grid ----
+
+// Adds v to *p after this thread's earlier writes are visible GPU-wide.
+__device__ __forceinline__ void redAddRelease(unsigned int* p, unsigned int v) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+// *p, with the writes released before the value it reads visible after it.
+__device__ __forceinline__ unsigned int ldAcquire(const unsigned int* p) {
+    unsigned int v = 0;
+#if __CUDA_ARCH__ >= 900
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#endif
+    return v;
 }
 
 // ---- clusters ----

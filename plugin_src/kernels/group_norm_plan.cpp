@@ -461,6 +461,97 @@ int sliceCount(const Problem& p, const Device& dev, int64_t staticSmem, int64_t*
 // chunk fits, else streaming (a tile of the chunk on chip, the rest read
 // twice) up to the sizes where two passes win. False where the problem does
 // not fit this path.
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// The rolling NCHW grid (gnRollingNCHW, see RollPlan): for NCHW tensors over
+// the SMs' shared memory, where the other grids read the part that does not
+// fit twice. It needs every block's slice of a (n, group) to be whole 16-byte
+// vectors of at least kRollMinSlice bytes (smaller slices spend more on the
+// exchange than they move), two batches of slices in shared memory, and the
+// gamma/beta of a block's channels in its table. The partials take
+// n * groups * blocks float2 and a counter an (n, group): workspaceBytes()
+// holds them for up to kRollMaxBlocks blocks.
+constexpr int64_t kRollMinSlice = 24 << 10;
+constexpr int64_t kRollBatchBytes = 64 << 10;  // a batch's slices, about: bytes in flight while one is written
+bool planRolling(const Problem& p, const Device& dev, const KernelQueries& queries, GridArgs a, Plan* out) {
+    const int eb = elementBytes(p.dtype), VEC = 16 / eb;
+    const int64_t segs = p.n * p.groups, segLen = p.cpg * p.hw, blocks = dev.numSMs;
+    if (p.preAdd()) return because(out, "rolling grid: not with a pre-add");
+    if (segLen > int64_t(UINT32_MAX)) return because(out, "rolling grid: a group of 2^32 elements or more");
+    if (blocks > kRollMaxBlocks) return because(out, "rolling grid: over %d SMs", kRollMaxBlocks);
+    const int64_t chunk = ceilDiv(ceilDiv(segLen, blocks), VEC) * VEC;
+    if (chunk * eb < kRollMinSlice)
+        return because(out, "rolling grid: a block's slice of a group (%lld B) under %lld B", (long long)(chunk * eb),
+                       (long long)kRollMinSlice);
+    int staticSmem = 0;
+    out->error = queries.staticSmem(GridKernel::kRollingNCHW, &staticSmem);
+    if (out->error != cudaSuccess) return false;
+    const int64_t sliceBytes = int64_t(roundUp(chunk * eb, 128));
+    const int64_t fit = (int64_t(dev.maxSmemOptin) - staticSmem - kRollHeaderBytes) / sliceBytes;
+    int64_t batch = std::min<int64_t>(kRollMaxBatch, ceilDiv(kRollBatchBytes, sliceBytes));
+    while (batch > 1 && fit / batch < 3) --batch;  // three slots where they fit: two batches of lag
+    int64_t slots = std::min<int64_t>(kRollMaxSlots, fit / batch);
+#ifdef TRTGN_DEBUG_PLANS
+    // The lab's override (debug builds only): TRTGN_ROLL="off" or "batch slots".
+    if (const char* o = std::getenv("TRTGN_ROLL"); o != nullptr && o[0] != '\0') {
+        if (std::strcmp(o, "off") == 0) return because(out, "rolling grid: off (TRTGN_ROLL)");
+        long ob = 0, os = 0;
+        if (std::sscanf(o, "%ld %ld", &ob, &os) == 2 && ob >= 1 && ob <= kRollMaxBatch && os >= 2 &&
+            os <= kRollMaxSlots && ob * os <= fit) {
+            batch = ob;
+            slots = os;
+        }
+    }
+#endif
+    if (slots < 2)
+        return because(out, "rolling grid: a block's slice of a group (%lld KB) leaves no room for two in shared memory",
+                       (long long)(chunk * eb >> 10));
+    const int64_t chans = std::min<int64_t>(p.cpg, (chunk - 1) / p.hw + 2);
+    if (p.groups * chans > kNchwTable)
+        return because(out, "rolling grid: %lld channels of gamma/beta a block, over %d", (long long)(p.groups * chans),
+                       kNchwTable);
+    const size_t countersOffset = alignUp(size_t(segs * blocks) * sizeof(float2));
+    const size_t need = countersOffset + size_t(segs) * sizeof(unsigned int);
+    if (need > workspaceBytes(p)) return because(out, "rolling grid: partials over the workspace");
+
+    a.chunk = chunk;
+    a.blocksPer = int(blocks);
+    a.tileOffset = kRollHeaderBytes;
+    a.tileCap = 0;  // nothing is read twice: no tile and head
+    a.pieceLen = 0;
+    RollPlan r{};
+    r.segments = int(segs);
+    r.batch = int(batch);
+    r.slots = int(slots);
+    r.lag = int(slots - 1);
+    r.sliceBytes = int(sliceBytes);
+    r.chans = int(chans);
+
+    Plan& q = *out;
+    because(out, "rolling grid: batches of %d groups, %d in shared memory", r.batch, r.slots);
+    q.path = Path::kStreamingGrid;
+    q.kernel = "gnRollingNCHW";
+    q.vec = VEC;
+    q.gridX = blocks;
+    q.gridY = 1;
+    q.threads = kGridThreads;
+    q.slices = 1;
+    q.chunk = chunk;
+    q.workspace = need;
+    GridPlan& g = q.grid;
+    g.kernel = GridKernel::kRollingNCHW;
+    g.args = a;
+    g.onChip = OnChipPlan{};
+    g.smemBytes = size_t(kRollHeaderBytes + slots * batch * sliceBytes);
+    g.smemAttribute = dev.maxSmemOptin - staticSmem;
+    g.sliceChannels = 0;
+    g.slicePieceLen = 0;
+    g.roll = r;
+    g.rollCountersOffset = countersOffset;
+    return true;
+}
+
 bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries, Plan* out) {
     const int eb = elementBytes(p.dtype), VEC = 16 / eb;
     if (!dev.hopperCode || dev.maxSmemOptin <= 0) return because(out, "grid: no Hopper code on this device");
@@ -506,6 +597,10 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
         need = size_t(blocks) * size_t(p.groups) * 2 * sizeof(double);  // double2 (streaming)
         if (need > workspace) return because(out, "grid: partials over the workspace");
     } else {
+        // Over what the SMs' shared memory holds: the rolling grid, where it applies.
+        if (bytes > double(dev.numSMs) * double(dev.maxSmemOptin - kNchwHeaderBytes)) {
+            if (planRolling(p, dev, queries, a, out) || out->error != cudaSuccess) return out->error == cudaSuccess;
+        }
         const int64_t segs = p.n * p.groups;
         const int64_t segLen = p.cpg * p.hw;
         // (A segment's offsets must fit 32 bits; the size limits below keep
@@ -626,16 +721,15 @@ bool planGrid(const Problem& p, const Device& dev, const KernelQueries& queries,
 
 // ----------------------------------------------------------- two-pass ----
 
-constexpr size_t kAlign = 256;
-size_t alignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
-
 size_t statsBytes(const Problem& p) { return alignUp(size_t(p.n * p.groups) * sizeof(float4)); }
 
 size_t partialsCapacity(const Problem& p) {
     // NHWC: n * chunks <= max(n, kMaxStatsBlocks) blocks, c partials each.
-    // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each.
+    // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each;
+    // the rolling grid's n * groups * (blocks <= kRollMaxBlocks) and its
+    // counters (planRolling) in one more float2 an (n, group).
     if (p.layout == TRTGN_LAYOUT_NHWC) return size_t(std::max<int64_t>(p.n, kMaxStatsBlocks)) * size_t(p.c);
-    return size_t(std::max<int64_t>(p.n * p.groups, kMaxStatsBlocks));
+    return size_t(std::max<int64_t>(p.n * p.groups * (kRollMaxBlocks + 1), kMaxStatsBlocks));
 }
 
 // Statistics (about one wave of blocks, each a chunk of pixels or of a

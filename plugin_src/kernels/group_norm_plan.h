@@ -55,7 +55,15 @@ struct Device {
 
 // The kernels a plan may name (each for the problem's dtype).
 enum class ClusterKernel { kGroupNCHW, kGroupNHWC, kGroupNHWC8Byte, kGroupNHWC4Byte, kSet2, kSetNHWC };
-enum class GridKernel { kOnChipNHWC, kOnChipNHWCTwoGroups, kOnChipNCHW, kStreamNHWC, kStreamNHWCAhead, kStreamNCHW };
+enum class GridKernel {
+    kOnChipNHWC,
+    kOnChipNHWCTwoGroups,
+    kOnChipNCHW,
+    kStreamNHWC,
+    kStreamNHWCAhead,
+    kStreamNCHW,
+    kRollingNCHW
+};
 enum class ApplyKernel { kNHWC, kNCHW, kNCHWWide };  // two-pass application (its occupancy sizes the grid)
 
 // What planning asks of the CUDA runtime about the compiled kernels, only
@@ -87,6 +95,8 @@ struct GridPlan {
     int smemAttribute;   // the kernel's max dynamic shared memory attribute (see the launcher)
     int sliceChannels;   // channel slices (log2Slices > 0): the tensor map's box,
     int64_t slicePieceLen;  // sliceChannels x slicePieceLen
+    RollPlan roll;          // gnRollingNCHW only (counters: set by the launcher)
+    size_t rollCountersOffset;  // bytes into the workspace (the partials start at 0)
 };
 
 struct TwoPassPlan {

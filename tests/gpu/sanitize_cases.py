@@ -13,7 +13,8 @@ the vector width through the raw ABI.
 Covers both layouts, the three dtypes, the single-block and multi-block paths (small and large
 H*W, the on-chip path for tensors of 4 MB and more, in channel slices in 16 bits (3x320x48x48),
 and its streaming form above ~29 MB (up to the SDXL VAE decoder's 1x128x1024x1024, near the NHWC
-streaming limit of 256 rows a thread: fp16 NHWC only, the sanitizers being slow), clusters of
+streaming limit of 256 rows a thread: fp16 NHWC only, the sanitizers being slow), the rolling NCHW
+grid (1x256x512x512 fp16, 1x16384x32x32 fp32), clusters of
 8 on a 4 MB tensor, NHWC sets doubled to two vectors a pixel, NHWC groups read in 8- and 4-byte
 vectors), odd channels per group and a padded channel stride; checks each result too."""
 
@@ -38,7 +39,9 @@ CASES = [((2, 320, 16, 16), 32), ((1, 96, 9, 7), 32), ((2, 1280, 8, 8), 32), ((1
 ALL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 LAYOUTS = ("nhwc", "nchw")
 # (size, groups, dtypes, layouts): cases run in some dtypes and layouts only
-LARGE_CASES = [((1, 128, 1024, 1024), 32, (torch.float16,), ("nhwc",))]
+LARGE_CASES = [((1, 128, 1024, 1024), 32, (torch.float16,), ("nhwc",)),
+               ((1, 256, 512, 512), 32, (torch.float16,), ("nchw",)),  # the rolling grid, 2 groups a batch
+               ((1, 16384, 32, 32), 8, (torch.float32,), ("nchw",))]  # rolling, slices across 17 channels
 
 
 def main() -> int:

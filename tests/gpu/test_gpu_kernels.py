@@ -223,6 +223,49 @@ def test_streaming_path(dtype, layout, size, groups):
     check_then_nan_inf(size, groups, 1e-6, dtype, layout)
 
 
+# NCHW tensors over the SMs' shared memory whose groups give each block a slice of 24 KB or more
+# take the rolling grid (Hopper): x read once into shared memory in batches of groups, a batch
+# written once every block has added its partials. One image and several, groups that end the last
+# batch early (13 batches of 2), one group a batch, slices across 17 channels (H*W = 1024), and in
+# every dtype; NaN/Inf in the first and last element; in place (y = x); the plan checked too.
+ROLLING_CASES = [((1, 256, 512, 512), 32), ((3, 64, 512, 512), 8), ((1, 208, 512, 512), 26), ((1, 160, 640, 640), 20),
+                 ((1, 16384, 32, 32), 8)]
+
+
+def plan_kernel(x, groups, layout="nchw"):
+    from trt_gn import abi
+    from trt_gn.ops import abi_params
+
+    return abi.describe_plan(abi_params(x, torch.empty_like(x), None, None, groups, 1e-6, "silu", layout=layout))["kernel"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("size,groups", ROLLING_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else str(v))
+def test_rolling_path(dtype, size, groups):
+    skip_unless_free(24 * 8 * size[0] * size[1] * size[2] * size[3])
+    torch.manual_seed(sum(size) * groups + 7)
+    x = (torch.randn(size, device=DEVICE) * 1.5 + 0.75).to(dtype)
+    assert plan_kernel(x, groups) == "gnRollingNCHW"
+    check_then_nan_inf(size, groups, 1e-6, dtype, "nchw")
+    weight, bias = affine_for(size[1], "fp32", dtype, DEVICE)
+    ref = group_norm_act_reference(x, weight, bias, groups, 1e-5, "silu")
+    launch(params_for(x, x, weight, bias, groups, 1e-5, "silu", "nchw"), DEVICE)
+    torch.cuda.synchronize()
+    assert_close(x, ref, dtype, what="in place")
+
+
+# More (n, group)s than SMs in the rolling grid (2 x 72 groups of 4 MB in fp32; one image of more
+# than 128 groups would not fit a block's gamma/beta table).
+@pytest.mark.slow
+def test_rolling_more_groups_than_sms():
+    size, groups = (2, 288, 512, 512), 72
+    skip_unless_free(24 * 8 * 2 * 288 * 512 * 512)
+    torch.manual_seed(17)
+    x = (torch.randn(size, device=DEVICE) * 0.5 - 2.0).float()
+    assert plan_kernel(x, groups) == "gnRollingNCHW"
+    check(x, *affine_for(size[1], "x", torch.float32, DEVICE), groups, 1e-5, "silu", "nchw", "144 groups")
+
+
 # The streaming grid's upper limits (Hopper) and the two-pass fp32 statistics beyond them. NHWC
 # streams while a thread's fp32 sums run over at most 256 rows (16 bits) or 160 (fp32), NCHW up to
 # 2 GiB; beyond, two passes, whose fp32 NHWC statistics merge runs of 64 rows. In 16 bits

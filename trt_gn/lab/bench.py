@@ -140,7 +140,7 @@ _PLAN_SUMMARIES = {
     "clusters": lambda p: f"clusters of {p['cluster']}, {p['vpt']} vec/thread"
                           + (" x2 blocks" if p.get("split", 1) > 1 else ""),
     "on-chip-grid": lambda p: "on-chip grid" + (f", {p['slices']} slices" if p.get("slices", 1) > 1 else ""),
-    "streaming-grid": lambda p: "streaming grid",
+    "streaming-grid": lambda p: "rolling grid" if p.get("kernel") == "gnRollingNCHW" else "streaming grid",
     "two-pass": lambda p: f"two passes, vec {p['vec']}",
 }
 assert tuple(_PLAN_SUMMARIES) == abi.PATHS, "bench's plan summaries and the ABI's paths disagree"

@@ -10,7 +10,8 @@ pre_bias_float32); a residual or none; sum_out or none.
 Every case records the plan it ran (trtgn_describe_plan), so the run proves which paths it
 reached: the summary gives cases and failures per path, dtype and layout, and per path and pre-add
 kind, and the run fails when a path ran on fewer than --min-per-path cases of a dtype and layout,
-or a path of abi.PRE_ADD_PATHS on fewer of a pre-add kind. Outputs (y, and sum_out) are
+a path of abi.PRE_ADD_PATHS on fewer of a pre-add kind, or a kernel of COVERED_KERNELS (a path's
+variant for part of its region) on fewer of a dtype in its layouts. Outputs (y, and sum_out) are
 NaN-poisoned before each launch (an unwritten element fails), and NaN/Inf positions must match
 exactly.
 Exit codes: 0 all passed, 1 a case failed or a path was not covered, 2 bad arguments, 3 no GPU or
@@ -373,6 +374,19 @@ def coverage_gaps(counts: Counter, minimum: int) -> list[str]:
             if counts[(path, dtype, layout)] < minimum]
 
 
+# Kernels that run part of a path's region, each with the layouts it takes: the summary counts
+# them per dtype and layout too, and the run fails where one ran fewer than --min-per-path cases.
+COVERED_KERNELS = {"gnRollingNCHW": ("nchw",)}
+
+
+def kernel_gaps(counts: Counter, minimum: int) -> list[str]:
+    """'kernel dtype layout: k' for every kernel of COVERED_KERNELS x dtype x its layouts that ran
+    fewer than `minimum` cases; counts are keyed (kernel, dtype, layout)."""
+    return [f"{kernel} {dtype} {layout}: {counts[(kernel, dtype, layout)]}"
+            for kernel, layouts in COVERED_KERNELS.items() for dtype in DTYPES for layout in layouts
+            if counts[(kernel, dtype, layout)] < minimum]
+
+
 def pre_add_gaps(counts: Counter, minimum: int) -> list[str]:
     """'path pre-add: k' for every path of abi.PRE_ADD_PATHS x pre-add kind that ran fewer than
     `minimum` cases; counts are keyed (path, kind)."""
@@ -445,7 +459,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case", action="append", default=[], metavar="SPEC",
                         help="run this case (as printed in a failure's reproduction) instead of random ones; repeatable")
     parser.add_argument("--min-per-path", type=int, default=None, metavar="K",
-                        help="fail unless every path x dtype x layout ran at least K cases "
+                        help="fail unless every path x dtype x layout, and every kernel of "
+                             "COVERED_KERNELS x dtype x its layouts, ran at least K cases "
                              "(default: 5 from 5000 cases, else 0)")
     parser.add_argument("--max-elements", type=int, default=MAX_ELEMENTS,
                         help=f"largest tensor drawn, in elements (default: {MAX_ELEMENTS})")
@@ -508,7 +523,7 @@ def run(args, prog: str) -> int:
           + ("" if fixed else f", seed {args.seed}"), flush=True)
     if args.plans_only:
         return _plans_only(prog, cases, args.plans)
-    ran, failed, kernels = Counter(), Counter(), Counter()
+    ran, failed, kernels, covered = Counter(), Counter(), Counter(), Counter()
     pre_ran, pre_failed = Counter(), Counter()  # (path, pre-add kind)
     records = []
     failures: list[tuple[Case, dict, str]] = []
@@ -524,6 +539,7 @@ def run(args, prog: str) -> int:
         ran[key] += 1
         pre_ran[pre_key] += 1
         kernels[f"{plan.get('kernel', '?')}/vec{plan.get('vec', '?')}"] += 1
+        covered[(plan.get("kernel", "?"), case.dtype, case.layout)] += 1
         if message is not None:
             failed[key] += 1
             pre_failed[pre_key] += 1
@@ -538,11 +554,13 @@ def run(args, prog: str) -> int:
     print(_table(ran, failed))
     print(_pre_add_table(pre_ran, pre_failed))
     print("kernels: " + ", ".join(f"{k} {v}" for k, v in sorted(kernels.items())))
+    print("covered kernels: " + "; ".join(
+        f"{k} " + ", ".join(f"{d} {l} {covered[(k, d, l)]}" for d in DTYPES for l in ls) for k, ls in COVERED_KERNELS.items()))
     if failures:
         print("first failures (reproduce with trt-gn fuzz --case '<spec>'):")
         for case, plan, message in failures[: args.show]:
             print(f"  {case.spec()}  [{plan.get('path')}]  {message.splitlines()[0][:200]}")
-    gaps = coverage_gaps(ran, minimum) if minimum else []
+    gaps = coverage_gaps(ran, minimum) + kernel_gaps(covered, minimum) if minimum else []
     if minimum and not args.no_pre_add:
         gaps += pre_add_gaps(pre_ran, minimum)
     if gaps:

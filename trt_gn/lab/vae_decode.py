@@ -105,8 +105,8 @@ KIND_LABEL = dict(KINDS)
 # kernels (triton_*) come first, named after the ATen ops they fuse: a pointwise kernel feeding
 # attention may carry "attention" in its name, one adding a convolution's bias "convolution".
 KERNEL_RULES = (
-    ("trt_gn", r"\bgn(Fused|OnChip|Stream|Persistent|Stats|Apply)\w*|\bgnFinalize\b",
-     "trt_gn's kernels: gnFused*, gnOnChip*, gnStream*, gnPersistent*, gnStats*, gnFinalize, gnApply*"),
+    ("trt_gn", r"\bgn(Fused|OnChip|Stream|Persistent|Rolling|Stats|Apply)\w*|\bgnFinalize\b",
+     "trt_gn's kernels: gnFused*, gnOnChip*, gnStream*, gnPersistent*, gnRolling*, gnStats*, gnFinalize, gnApply*"),
     ("feeds_trt_gn", r"^triton_\w*group_norm_act",
      "Inductor kernels named after trt_gn's op (triton_*group_norm_act*): the passes in front of it"),
     ("stock_gn", r"^triton_\w*group_norm",

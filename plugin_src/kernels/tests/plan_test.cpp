@@ -244,6 +244,24 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
                   what);
             CHECK(q.slices == 1 || (p.dtype != TRTGN_DTYPE_FLOAT32 && g.sliceChannels * q.slices == p.c),
                   "%s: slices", what);
+            if (g.kernel == GridKernel::kRollingNCHW) {
+                const RollPlan& r = g.roll;
+                const int64_t segs = p.n * p.groups, segLen = p.cpg * p.hw, chunk = g.args.chunk;
+                CHECK(p.layout == NCHW && !p.preAdd() && q.gridX == d.dev.numSMs && r.segments == segs,
+                      "%s: rolling grid", what);
+                CHECK(chunk % vec == 0 && chunk * q.gridX >= segLen && (chunk - vec) * q.gridX < segLen &&
+                          r.sliceBytes >= chunk * (16 / vec) && r.sliceBytes % 128 == 0,
+                      "%s: rolling slices", what);
+                CHECK(r.batch >= 1 && r.batch <= kRollMaxBatch && r.slots >= 2 && r.slots <= kRollMaxSlots &&
+                          r.lag == r.slots - 1 &&
+                          g.smemBytes == size_t(kRollHeaderBytes) + size_t(r.slots) * r.batch * r.sliceBytes,
+                      "%s: rolling batches", what);
+                CHECK(p.groups * r.chans <= kNchwTable && (chunk - 1) / p.hw + 1 <= r.chans, "%s: rolling table", what);
+                CHECK(g.rollCountersOffset >= size_t(segs * q.gridX) * 8 && g.rollCountersOffset % 256 == 0 &&
+                          q.workspace == g.rollCountersOffset + size_t(segs) * 4,
+                      "%s: rolling workspace", what);
+                ++pathCount[4];
+            }
             break;
         }
         case Path::kTwoPass:
@@ -255,7 +273,7 @@ void checkInvariants(const NamedDevice& d, const Problem& p, const Plan& q, int*
 
 void sweep(const NamedDevice& d, int cases, uint64_t seed) {
     Lcg r{seed}, pre{seed + 1};
-    int pathCount[4] = {0, 0, 0, 0}, planned = 0;
+    int pathCount[5] = {0, 0, 0, 0, 0}, planned = 0;  // [4]: rolling grid plans
     const Sm90Queries queries;
     for (int i = 0; i < cases; ++i) {
         const trtgn_dtype_t dtype = trtgn_dtype_t(r.in(0, 2));
@@ -291,11 +309,12 @@ void sweep(const NamedDevice& d, int cases, uint64_t seed) {
                   l.threads == q.threads && std::strcmp(l.kernel, q.kernel) == 0 && l.workspace == q.workspace,
               "%s: the launch's plan differs from the described one", describe(q).c_str());
     }
-    std::printf("%s: %d cases planned: clusters %d, on-chip grid %d, streaming grid %d, two-pass %d\n", d.name, planned,
-                pathCount[int(Path::kClusters)], pathCount[int(Path::kOnChipGrid)],
-                pathCount[int(Path::kStreamingGrid)], pathCount[int(Path::kTwoPass)]);
+    std::printf("%s: %d cases planned: clusters %d, on-chip grid %d, streaming grid %d (rolling %d), two-pass %d\n",
+                d.name, planned, pathCount[int(Path::kClusters)], pathCount[int(Path::kOnChipGrid)],
+                pathCount[int(Path::kStreamingGrid)], pathCount[4], pathCount[int(Path::kTwoPass)]);
     if (d.dev.hopperCode) {
         for (int k = 0; k < 4; ++k) CHECK(pathCount[k] > 0, "%s: the sweep never reached path %s", d.name, pathName(Path(k)));
+        CHECK(pathCount[4] > 0, "%s: the sweep never reached the rolling grid", d.name);
     } else {
         CHECK(pathCount[int(Path::kOnChipGrid)] + pathCount[int(Path::kStreamingGrid)] == 0, "%s: grid planned",
               d.name);
@@ -324,7 +343,7 @@ void checkRejected(const char* spec, const Problem& p, const Device& dev, const 
 
 void checkForcedPlans() {
     const Sm90Queries queries;
-    int pathCount[4] = {0, 0, 0, 0};
+    int pathCount[5] = {0, 0, 0, 0, 0};
     // sd15-unet-640x32 NCHW fp16: 2560 vectors a group, 64 clusters.
     const Problem nchw = problem(2, 640, 32, 32, 32, TRTGN_DTYPE_FLOAT16, NCHW);
     {
@@ -491,9 +510,14 @@ int main() {
             // before Hopper) takes another path.
             const bool over = plain.path == Path::kClusters && plain.clusters.vpt > preMaxVpt(plain);
             const bool ahead = plain.path == Path::kStreamingGrid && plain.grid.kernel == GridKernel::kStreamNHWCAhead;
+            // The rolling grid has no pre-add: the streaming NCHW grid runs it.
+            const bool rolling = plain.path == Path::kStreamingGrid && plain.grid.kernel == GridKernel::kRollingNCHW;
+            CHECK(!rolling || (q.grid.kernel == GridKernel::kStreamNCHW &&
+                               std::strstr(q.why, "rolling grid: not with a pre-add") != nullptr),
+                  "%s %s: a pre-add rolls: %s, why %s", d->name, e.name, describe(q).c_str(), q.why);
             CHECK(q.error == cudaSuccess && q.unsupported == nullptr &&
                       (over || (q.path == plain.path &&
-                                (q.path == Path::kClusters || ahead || describe(q) == describe(plain)))),
+                                (q.path == Path::kClusters || ahead || rolling || describe(q) == describe(plain)))),
                   "%s %s %s with a pre-add: planned %s (without: %s)", d->name, e.name, layout, describe(q).c_str(),
                   describe(plain).c_str());
             CHECK(!ahead || q.grid.kernel == GridKernel::kStreamNHWC, "%s %s: a pre-add streams without kAhead",
@@ -528,6 +552,45 @@ int main() {
                       std::strcmp(q.kernel, e.ahead ? "gnStreamNHWC<ahead>" : "gnStreamNHWC") == 0,
                   "%lldx%lldx%lldx%lld: head %lld of %lld pixels, planned %s", (long long)e.n, (long long)e.c,
                   (long long)e.h, (long long)e.w, (long long)head, (long long)(e.h * e.w), describe(q).c_str());
+        }
+    }
+    // The rolling NCHW grid where a block's slice of a group is 24 KB or more (16 bits: groups of
+    // 3.1 MB and more): batches of about 64 KB of slices, three in shared memory. The 67 MB VAE
+    // shapes (16 KB slices) stream; sdxl-vae-dec-256x1024's slices (124 KB) leave no room for two;
+    // a pre-add streams too; the on-chip shapes stay on chip. In fp32 the slices are twice as large.
+    {
+        const Sm90Queries queries;
+        const char* const stream = "grid: a block's chunk";
+        struct {
+            int64_t n, c, h, w;
+            trtgn_dtype_t dtype;
+            const char* kernel;
+            int batch, slots;
+            const char* why;
+        } cases[] = {
+            {1, 256, 512, 512, TRTGN_DTYPE_FLOAT16, "gnRollingNCHW", 2, 3, "rolling grid: batches of 2 groups, 3 in shared memory"},
+            {1, 256, 512, 512, TRTGN_DTYPE_BFLOAT16, "gnRollingNCHW", 2, 3, "rolling grid: batches of 2 groups, 3 in shared memory"},
+            {1, 128, 1024, 1024, TRTGN_DTYPE_FLOAT16, "gnRollingNCHW", 1, 3, "rolling grid: batches of 1 groups, 3 in shared memory"},
+            {1, 128, 512, 512, TRTGN_DTYPE_FLOAT32, "gnRollingNCHW", 2, 3, "rolling grid: batches of 2 groups, 3 in shared memory"},
+            {1, 256, 512, 512, TRTGN_DTYPE_FLOAT32, "gnRollingNCHW", 1, 3, "rolling grid: batches of 1 groups, 3 in shared memory"},
+            {1, 128, 512, 512, TRTGN_DTYPE_FLOAT16, "gnPersistentNCHW", 0, 0, "rolling grid: a block's slice of a group (15888 B) under 24576 B"},
+            {1, 512, 256, 256, TRTGN_DTYPE_BFLOAT16, "gnPersistentNCHW", 0, 0, "rolling grid: a block's slice of a group (15888 B) under 24576 B"},
+            {1, 256, 1024, 1024, TRTGN_DTYPE_FLOAT16, "gnPersistentNCHW", 0, 0,
+             "rolling grid: a block's slice of a group (124 KB) leaves no room for two in shared memory"},
+            {1, 512, 128, 128, TRTGN_DTYPE_FLOAT16, "gnPersistentNCHW", 0, 0, "grid: every block's chunk fits its shared memory"},
+        };
+        for (const auto& e : cases) {
+            const Problem p = problem(e.n, e.c, e.h, e.w, 32, e.dtype, NCHW);
+            const Plan q = planGroupNorm(p, kH200.dev, queries, true);
+            CHECK(std::strcmp(q.kernel, e.kernel) == 0 && std::strstr(q.why, e.why) != nullptr &&
+                      (e.batch == 0 ? (e.why[0] == 'g' || std::strstr(q.why, stream) != nullptr)
+                                    : q.grid.roll.batch == e.batch && q.grid.roll.slots == e.slots),
+                  "%lldx%lldx%lldx%lld NCHW dtype %d: planned %s batch %d slots %d, why %s", (long long)e.n,
+                  (long long)e.c, (long long)e.h, (long long)e.w, int(e.dtype), describe(q).c_str(),
+                  q.grid.roll.batch, q.grid.roll.slots, q.why);
+            const Plan pre = planGroupNorm(withPreAdd(p), kH200.dev, queries, true);
+            CHECK(std::strcmp(pre.kernel, "gnPersistentNCHW") == 0, "%lldx%lldx%lldx%lld NCHW with a pre-add: %s",
+                  (long long)e.n, (long long)e.c, (long long)e.h, (long long)e.w, describe(pre).c_str());
         }
     }
     // A failed query is the plan's error: nothing is planned around it.
