@@ -1322,14 +1322,14 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
 // ------------------------------------------------------------ rolling ----
 
 // gnRollingNCHW: see RollPlan (group_norm_args.h). One block an SM, every
-// block co-resident (cooperative launch). The last kRollStatsWarps warps
-// compute statistics, the others ("workers") sum and write. Workers, step k:
+// block co-resident (cooperative launch). The last warp computes statistics,
+// the others ("workers") sum and write. Workers, step k:
 // write batch k - lag (its statistics ready, y from shared memory, then the
 // slot refilled with batch k - lag + slots), then sum batch k (a partial an
-// (n, group) to the workspace and its counter bumped). A statistics warp, for
-// every kRollStatsWarps-th batch, waits for the batch's counters, adds every
-// block's partials and marks the statistics ready, so no round trip to L2
-// lies on the workers' path. A block waits for batch j only after it has
+// (n, group) to the workspace and its counter bumped). The statistics warp,
+// batch after batch, waits for the batch's counters, adds every block's
+// partials and hands the statistics over, so no round trip to L2 lies on the
+// workers' path. A block waits for batch j only after it has
 // published every batch up to j + lag, and every block publishes in the same
 // order, so with all blocks resident no wait can close a cycle.
 // Numerics as the streaming NCHW grid's: a thread sums x - kt in fp32 (kt its
@@ -1337,13 +1337,21 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
 // M2) of its slice, k the (n, group)'s first element, which every block
 // copies with its slice before it publishes (so y may alias x). Every block
 // adds the partials in the same order: bit-identical statistics.
-constexpr int kRollStatsWarps = 4;
-constexpr int kRollWorkerWarps = kRollWarps - kRollStatsWarps;
+constexpr int kRollWorkerWarps = kRollWarps - 1;
 constexpr int kRollWorkers = kRollWorkerWarps * 32;
 constexpr int kRollPartialsALane = (kRollMaxBlocks + 31) / 32;
+// Named barriers: 1 the workers alone; 2 and 3 every thread, the statistics
+// warp's hand-over: it arrives on 2 once a batch's statistics are in shared
+// memory (the workers wait there), the workers arrive on 3 once they have read
+// them (the statistics warp waits there before it writes the next batch's).
 __device__ __forceinline__ void workersSync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kRollWorkers) : "memory");
 }
+__device__ __forceinline__ void barSyncAll(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kGridThreads) : "memory"); }
+__device__ __forceinline__ void barArriveAll(int id) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kGridThreads) : "memory");
+}
+constexpr int kStatsReady = 2, kStatsRead = 3;
 
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, RollPlan r) {
@@ -1351,9 +1359,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
     constexpr int NT = kRollWorkers, VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t* full = reinterpret_cast<uint64_t*>(smem);       // [slot]: the copies landed
-    uint64_t* ready = full + kRollMaxSlots;                   // [slot]: the statistics computed
     double2* scratch = reinterpret_cast<double2*>(smem + kRollOffScratch);  // [2][warp][batch]
-    float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [slot][batch]
+    float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [batch]: the batch being written
     float2* affine = reinterpret_cast<float2*>(smem + kRollOffAffine);
     uint4* firsts = reinterpret_cast<uint4*>(smem + kRollOffFirst);  // [slot][batch]
     unsigned char* slices = smem + kRollHeaderBytes;                  // [slot][batch][sliceBytes]
@@ -1386,10 +1393,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
         }
     };
     if (t == 0) {
-        for (int s = 0; s < r.slots; ++s) {
-            mbarInit(&full[s], 1);
-            mbarInit(&ready[s], 1);
-        }
+        for (int s = 0; s < r.slots; ++s) mbarInit(&full[s], 1);
         fenceBarrierInit();
         for (int j = 0; j < r.slots && j < batches; ++j) issue(j);
     }
@@ -1413,12 +1417,12 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
         return reinterpret_cast<const uint4*>(slices + (int64_t(slot) * r.batch + i) * r.sliceBytes);
     };
 
-    if (warp >= kRollWorkerWarps) {
-        // The statistics warps, batch j by warp kRollWorkerWarps + j % kRollStatsWarps: lane i
-        // waits for counter i of the batch; then every lane loads its share of each (n, group)'s
-        // partials (all in flight at once) and the warp adds them in a fixed order (every block
-        // the same).
-        for (int j = warp - kRollWorkerWarps; j < batches; j += kRollStatsWarps) {
+    if (warp == kRollWorkerWarps) {
+        // The statistics warp, batch after batch: lane i waits for counter i of the batch; every
+        // lane loads its share of each (n, group)'s partials (all in flight at once), the warp adds
+        // them in a fixed order (every block the same), and lane i keeps (n, group) i's statistics
+        // until the workers have read the previous batch's.
+        for (int j = 0; j < batches; ++j) {
             const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
             if (lane < nb) {
                 while (ldAcquire(&r.counters[s0 + lane]) < unsigned(blocks)) __nanosleep(32);
@@ -1435,6 +1439,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                 }
             }
             mbarWait(&full[slot], uint32_t(j / r.slots) & 1u);  // the first vectors (k) have landed
+            float4 mine = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
             for (int i = 0; i < kRollMaxBatch; ++i) {
                 if (i < nb) {
@@ -1448,12 +1453,12 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                     }
                     u1 = warpSum(u1);
                     u2 = warpSum(u2);
-                    if (lane == 0)
-                        stats[slot * kRollMaxBatch + i] = finishStats(u1, u2, a.invCount, firstOf(slot, i), a.eps);
+                    if (lane == i) mine = finishStats(u1, u2, a.invCount, firstOf(slot, i), a.eps);
                 }
             }
-            if (lane == 0) mbarArrive(&ready[slot]);
-            __syncwarp();
+            barSyncAll(kStatsRead);  // the workers have read the previous batch's statistics
+            if (lane < nb) stats[lane] = mine;
+            barArriveAll(kStatsReady);
         }
         return;
     }
@@ -1502,9 +1507,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
 
     auto writeBatch = [&](int j) {
         const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
-        mbarWait(&ready[slot], uint32_t(j / r.slots) & 1u);
+        barSyncAll(kStatsReady);
         for (int i = 0; i < nb; ++i) {
-            const float4 st = stats[slot * kRollMaxBatch + i];
+            const float4 st = stats[i];
             const float2* gb = affine + ((s0 + i) % a.groups) * chans;
             const uint4* sv = sliceOf(slot, i);
             T* ys = y + int64_t(s0 + i) * segLen + e0;
@@ -1526,10 +1531,12 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                 storeVec<T, VEC, Cache::kStreaming, true>(ys + int64_t(v) * VEC, o);
             }
         }
+        if (j + 1 < batches) barArriveAll(kStatsRead);  // (the last batch's is not waited for)
         workersSync();  // the slot has been read: the next copy may land in it
         if (t == 0 && j + r.slots < batches) issue(j + r.slots);
     };
 
+    barArriveAll(kStatsRead);  // nothing to read before the first batch
     for (int k = 0; k < batches + r.lag; ++k) {
         if (k >= r.lag) writeBatch(k - r.lag);
         if (k < batches) sumBatch(k);
