@@ -144,6 +144,25 @@ __device__ __forceinline__ double2 shiftedSums(float s1, float s2, double n, dou
     return make_double2(double(s1) + n * off, double(s2) + off * (2.0 * double(s1) + n * off));
 }
 
+// Adds a vector's sums of d = x - kt and d^2 to (s1, s2), the vector's own
+// sums first: a thread's running sums then take one addition per vector, not
+// per element (fp32 rounding of ~1000 additions to a growing sum biased var
+// by ~3e-6 in a simulation).
+template <typename T>
+__device__ __forceinline__ void addVectorSums(const uint4& raw, float kt, float& s1, float& s2) {
+    Raw<T, kVec16<T>> v;
+    v.s = raw;
+    float l1 = 0.f, l2 = 0.f;
+#pragma unroll
+    for (int j = 0; j < kVec16<T>; ++j) {
+        const float d = v.get(j) - kt;
+        l1 += d;
+        l2 = fmaf(d, d, l2);
+    }
+    s1 += l1;
+    s2 += l2;
+}
+
 // Sums (a, b) over the block in a fixed order; every thread gets the totals.
 __device__ __forceinline__ double2 blockSum2(double a, double b, double2* scratch) {
     a = warpSum(a);
@@ -1124,22 +1143,7 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
     const uint4* xv = reinterpret_cast<const uint4*>(xs + e0);  // vector i of the chunk (the head's source)
     PieceWaiter wait{bars, a.pieceLen / VEC};
     float s1 = 0.f, s2 = 0.f;
-    auto accumulate = [&](const uint4& raw) {
-        Raw<T, VEC> v;
-        v.s = raw;
-        // A vector's own sums first: a thread's running sums then take one
-        // addition per vector, not per element (fp32 rounding of ~1000
-        // additions to a growing sum biased var by ~3e-6 in a simulation).
-        float l1 = 0.f, l2 = 0.f;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            const float d = v.get(j) - kt;
-            l1 += d;
-            l2 = fmaf(d, d, l2);
-        }
-        s1 += l1;
-        s2 += l2;
-    };
+    auto accumulate = [&](const uint4& raw) { addVectorSums<T>(raw, kt, s1, s2); };
     // kPre: s of the chunk's vector i from x's d and the residual's r, to
     // sum_out, then summed as x would be.
     [[maybe_unused]] auto accumulatePre = [&](const Raw<T, VEC>& d, const Raw<T, VEC>& r, int64_t i, float (&sv)[VEC]) {
@@ -1471,19 +1475,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
             const uint4* sv = sliceOf(slot, i);
             const float kt = t < vecs ? Raw<T, VEC>{sv[t]}.get(0) : 0.f;
             float s1 = 0.f, s2 = 0.f;
-            for (int v = t; v < vecs; v += NT) {
-                Raw<T, VEC> xv;
-                xv.s = sv[v];
-                float l1 = 0.f, l2 = 0.f;
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    const float d = xv.get(e) - kt;
-                    l1 += d;
-                    l2 = fmaf(d, d, l2);
-                }
-                s1 += l1;
-                s2 += l2;
-            }
+            for (int v = t; v < vecs; v += NT) addVectorSums<T>(sv[v], kt, s1, s2);
             const int mine = t < vecs ? (vecs - 1 - t) / NT + 1 : 0;
             double2 d = shiftedSums(s1, s2, double(mine * VEC), double(kt) - double(firstOf(slot, i)));
             d.x = warpSum(d.x);
