@@ -208,13 +208,13 @@ constexpr int kRollMaxBatch = 8;   // (n, group)s a batch
 constexpr int kRollMaxBlocks = 160;  // blocks (SMs) the workspace holds partials for
 constexpr int kRollMaxSlots = 16;  // batches in shared memory
 constexpr int kRollWarps = kGridThreads / 32;
-// Shared memory: mbarriers (two a slot: the copies landed, the statistics
-// ready), the warps' sums (two batches'), the statistics (a slot's batch
-// each), gamma/beta of the block's channels [group][channel of the slice],
-// each slice's (n, group)'s first vector, then the slices.
-constexpr int kRollOffScratch = 2 * kRollMaxSlots * 8;
+// Shared memory: an mbarrier a slot (its copies landed), the warps' sums (two
+// batches'), the statistics (two batches'), gamma/beta of the block's
+// channels [group][channel of the slice], each slice's (n, group)'s first
+// vector, then the slices.
+constexpr int kRollOffScratch = kRollMaxSlots * 8;
 constexpr int kRollOffStats = kRollOffScratch + 2 * kRollWarps * kRollMaxBatch * 16;
-constexpr int kRollOffAffine = kRollOffStats + kRollMaxSlots * kRollMaxBatch * 16;
+constexpr int kRollOffAffine = kRollOffStats + 2 * kRollMaxBatch * 16;
 constexpr int kRollOffFirst = kRollOffAffine + kNchwTable * 8;
 constexpr int kRollHeaderBytes = kRollOffFirst + kRollMaxSlots * kRollMaxBatch * 16;
 static_assert(kRollHeaderBytes % 128 == 0, "the slices start 128-byte aligned");

@@ -1344,18 +1344,16 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
 constexpr int kRollWorkerWarps = kRollWarps - 1;
 constexpr int kRollWorkers = kRollWorkerWarps * 32;
 constexpr int kRollPartialsALane = (kRollMaxBlocks + 31) / 32;
-// Named barriers: 1 the workers alone; 2 and 3 every thread, the statistics
-// warp's hand-over: it arrives on 2 once a batch's statistics are in shared
-// memory (the workers wait there), the workers arrive on 3 once they have read
-// them (the statistics warp waits there before it writes the next batch's).
+// Named barriers: 1 the workers alone; 2 every thread, once a batch: the
+// statistics warp has written the batch's statistics (to half j & 1 of
+// `stats`) and the workers are about to write the batch. Batch j + 2's
+// statistics go to the half batch j's were read from only after barrier j + 1,
+// which the workers reach once they have written batch j. Not .aligned: the
+// two roles reach it from different code, a warp maybe not reconverged.
 __device__ __forceinline__ void workersSync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kRollWorkers) : "memory");
 }
-__device__ __forceinline__ void barSyncAll(int id) { asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kGridThreads) : "memory"); }
-__device__ __forceinline__ void barArriveAll(int id) {
-    asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kGridThreads) : "memory");
-}
-constexpr int kStatsReady = 2, kStatsRead = 3;
+__device__ __forceinline__ void statsHandOver() { asm volatile("barrier.sync 2, %0;" ::"n"(kGridThreads) : "memory"); }
 
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, RollPlan r) {
@@ -1364,7 +1362,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t* full = reinterpret_cast<uint64_t*>(smem);       // [slot]: the copies landed
     double2* scratch = reinterpret_cast<double2*>(smem + kRollOffScratch);  // [2][warp][batch]
-    float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [batch]: the batch being written
+    float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [2][batch]
     float2* affine = reinterpret_cast<float2*>(smem + kRollOffAffine);
     uint4* firsts = reinterpret_cast<uint4*>(smem + kRollOffFirst);  // [slot][batch]
     unsigned char* slices = smem + kRollHeaderBytes;                  // [slot][batch][sliceBytes]
@@ -1424,8 +1422,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
     if (warp == kRollWorkerWarps) {
         // The statistics warp, batch after batch: lane i waits for counter i of the batch; every
         // lane loads its share of each (n, group)'s partials (all in flight at once), the warp adds
-        // them in a fixed order (every block the same), and lane i keeps (n, group) i's statistics
-        // until the workers have read the previous batch's.
+        // them in a fixed order (every block the same), and lane i writes (n, group) i's.
         for (int j = 0; j < batches; ++j) {
             const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
             if (lane < nb) {
@@ -1460,9 +1457,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                     if (lane == i) mine = finishStats(u1, u2, a.invCount, firstOf(slot, i), a.eps);
                 }
             }
-            barSyncAll(kStatsRead);  // the workers have read the previous batch's statistics
-            if (lane < nb) stats[lane] = mine;
-            barArriveAll(kStatsReady);
+            if (lane < nb) stats[(j & 1) * kRollMaxBatch + lane] = mine;
+            statsHandOver();
         }
         return;
     }
@@ -1499,9 +1495,9 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
 
     auto writeBatch = [&](int j) {
         const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
-        barSyncAll(kStatsReady);
+        statsHandOver();
         for (int i = 0; i < nb; ++i) {
-            const float4 st = stats[i];
+            const float4 st = stats[(j & 1) * kRollMaxBatch + i];
             const float2* gb = affine + ((s0 + i) % a.groups) * chans;
             const uint4* sv = sliceOf(slot, i);
             T* ys = y + int64_t(s0 + i) * segLen + e0;
@@ -1523,12 +1519,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                 storeVec<T, VEC, Cache::kStreaming, true>(ys + int64_t(v) * VEC, o);
             }
         }
-        if (j + 1 < batches) barArriveAll(kStatsRead);  // (the last batch's is not waited for)
         workersSync();  // the slot has been read: the next copy may land in it
         if (t == 0 && j + r.slots < batches) issue(j + r.slots);
     };
 
-    barArriveAll(kStatsRead);  // nothing to read before the first batch
     for (int k = 0; k < batches + r.lag; ++k) {
         if (k >= r.lag) writeBatch(k - r.lag);
         if (k < batches) sumBatch(k);
