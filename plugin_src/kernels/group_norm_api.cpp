@@ -151,8 +151,8 @@ TRTGN_API trtgn_status_t trtgn_workspace_size(const trtgn_params_t* params, size
 }
 
 TRTGN_API trtgn_status_t trtgn_workspace_size_max(const trtgn_params_t* params, size_t* workspace_bytes) {
-    // workspaceBytes() grows with n and does not depend on h or w, so the
-    // bound over every smaller shape is the value at the given shape.
+    // workspaceBytes() never shrinks as n, h or w grow (partialsCapacity), so
+    // the bound over every smaller shape is the value at the given shape.
     if (workspace_bytes == nullptr) return fail(TRTGN_STATUS_INVALID_ARGUMENT, "workspace_bytes is NULL");
     trtgn::Problem q;
     const trtgn_status_t s = validate(params, &q);

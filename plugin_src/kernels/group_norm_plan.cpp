@@ -726,10 +726,16 @@ size_t statsBytes(const Problem& p) { return alignUp(size_t(p.n * p.groups) * si
 size_t partialsCapacity(const Problem& p) {
     // NHWC: n * chunks <= max(n, kMaxStatsBlocks) blocks, c partials each.
     // NCHW: n * groups * chunks <= max(n * groups, kMaxStatsBlocks), 1 each;
-    // the rolling grid's n * groups * (blocks <= kRollMaxBlocks) and its
-    // counters (planRolling) in one more float2 an (n, group).
+    // where planRolling may take the problem on some device, its
+    // n * groups * (blocks <= kRollMaxBlocks) and its counters in one more
+    // float2 an (n, group). The conditions here only hold more as the shape
+    // grows, so a TensorRT profile's largest shape asks for enough, and leave
+    // the pre-add out, so that it never changes the workspace.
     if (p.layout == TRTGN_LAYOUT_NHWC) return size_t(std::max<int64_t>(p.n, kMaxStatsBlocks)) * size_t(p.c);
-    return size_t(std::max<int64_t>(p.n * p.groups * (kRollMaxBlocks + 1), kMaxStatsBlocks));
+    const int64_t twoPass = std::max<int64_t>(p.n * p.groups, kMaxStatsBlocks);
+    const int eb = elementBytes(p.dtype);
+    const bool rollable = p.groups <= kNchwTable && ceilDiv(p.cpg * p.hw, 16 / eb) * 16 >= kRollMinSlice;
+    return size_t(rollable ? std::max<int64_t>(twoPass, p.n * p.groups * (kRollMaxBlocks + 1)) : twoPass);
 }
 
 // Statistics (about one wave of blocks, each a chunk of pixels or of a

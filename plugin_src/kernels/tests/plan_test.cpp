@@ -612,6 +612,26 @@ int main() {
         const Problem b = problem(2, 320, 1, 3, 32, TRTGN_DTYPE_FLOAT16, NHWC);
         CHECK(workspaceBytes(a) == workspaceBytes(b), "workspace depends on h, w");
     }
+    // NCHW: the rolling grid's partials only where it may run (groups of 24 KB or more, at most 256
+    // groups), and a bound that never shrinks as the shape grows (a TensorRT profile's largest shape).
+    {
+        const Problem tiny = problem(2, 64, 8, 8, 32, TRTGN_DTYPE_FLOAT16, NCHW);
+        const Problem flat = problem(2, 64, 1, 1, 32, TRTGN_DTYPE_FLOAT16, NCHW);
+        CHECK(workspaceBytes(tiny) == workspaceBytes(flat), "NCHW workspace of small groups depends on h, w");
+        // statistics 64 float4, partials kMaxStatsBlocks float2; 1286 float4 and float2, 256-byte aligned
+        CHECK(workspaceBytes(tiny) == 1024 + 8192, "NCHW workspace of small groups: %zu", workspaceBytes(tiny));
+        const Problem many = problem(1, 3858, 64, 64, 1286, TRTGN_DTYPE_FLOAT32, NCHW);
+        CHECK(workspaceBytes(many) == workspaceBytes(problem(1, 3858, 1, 1, 1286, TRTGN_DTYPE_FLOAT32, NCHW)),
+              "NCHW workspace of 1286 groups depends on h, w");
+        CHECK(workspaceBytes(many) == 20736 + 10496, "NCHW workspace of 1286 groups: %zu", workspaceBytes(many));
+        size_t last = 0;
+        for (int64_t hw = 1; hw <= 1024; hw *= 2) {
+            const size_t w = workspaceBytes(problem(1, 256, hw, hw, 32, TRTGN_DTYPE_FLOAT16, NCHW));
+            CHECK(w >= last, "NCHW workspace shrank at %lldx%lld", (long long)hw, (long long)hw);
+            last = w;
+        }
+        CHECK(last >= size_t(32) * (kRollMaxBlocks + 1) * 8, "NCHW workspace without the rolling grid's partials");
+    }
     for (const NamedDevice* d : {&kH100, &kH200, &kL40S, &kH100NoSm90}) sweep(*d, 20000, 1);
 #ifdef TRTGN_DEBUG_PLANS
     checkForcedPlans();
