@@ -208,11 +208,11 @@ constexpr int kRollMaxBatch = 8;   // (n, group)s a batch
 constexpr int kRollMaxBlocks = 160;  // blocks (SMs) the workspace holds partials for
 constexpr int kRollMaxSlots = 16;  // batches in shared memory
 constexpr int kRollWarps = kGridThreads / 32;
-// Shared memory: an mbarrier a slot (its copies landed), the warps' sums (two
-// batches'), the statistics (two batches'), gamma/beta of the block's
-// channels [group][channel of the slice], each slice's (n, group)'s first
-// vector, then the slices.
-constexpr int kRollOffScratch = kRollMaxSlots * 8;
+// Shared memory: an mbarrier a slot (its copies landed) and two a statistics
+// half (written, read), the warps' sums (two batches'), the statistics (two
+// batches'), gamma/beta of the block's channels [group][channel of the
+// slice], each slice's (n, group)'s first vector, then the slices.
+constexpr int kRollOffScratch = 2 * kRollMaxSlots * 8;
 constexpr int kRollOffStats = kRollOffScratch + 2 * kRollWarps * kRollMaxBatch * 16;
 constexpr int kRollOffAffine = kRollOffStats + 2 * kRollMaxBatch * 16;
 constexpr int kRollOffFirst = kRollOffAffine + kNchwTable * 8;

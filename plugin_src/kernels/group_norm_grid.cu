@@ -1344,16 +1344,17 @@ __global__ void __launch_bounds__(nchwThreads(kStream), 1) gnPersistentNCHW(Args
 constexpr int kRollWorkerWarps = kRollWarps - 1;
 constexpr int kRollWorkers = kRollWorkerWarps * 32;
 constexpr int kRollPartialsALane = (kRollMaxBlocks + 31) / 32;
-// Named barriers: 1 the workers alone; 2 every thread, once a batch: the
-// statistics warp has written the batch's statistics (to half j & 1 of
-// `stats`) and the workers are about to write the batch. Batch j + 2's
-// statistics go to the half batch j's were read from only after barrier j + 1,
-// which the workers reach once they have written batch j. Not .aligned: the
-// two roles reach it from different code, a warp maybe not reconverged.
+// Named barrier 1: the workers alone. The statistics go through two halves
+// of a table, batch j in half j & 1, each with two mbarriers: `written` (every
+// lane of the statistics warp arrives once it has written its entry) and
+// `read` (every worker arrives once it has written the batch). Each thread
+// arrives for its own accesses (an arrival is that thread's release). The
+// statistics warp writes batch j + 2 into the half after batch j's `read`
+// phase, so it may run two batches ahead of the workers. A parity wait is
+// unambiguous: its waiter has already seen the barrier's previous phase end.
 __device__ __forceinline__ void workersSync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kRollWorkers) : "memory");
 }
-__device__ __forceinline__ void statsHandOver() { asm volatile("barrier.sync 2, %0;" ::"n"(kGridThreads) : "memory"); }
 
 template <typename T>
 __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, RollPlan r) {
@@ -1361,6 +1362,8 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
     constexpr int NT = kRollWorkers, VEC = kVec16<T>;
     extern __shared__ __align__(128) unsigned char smem[];
     uint64_t* full = reinterpret_cast<uint64_t*>(smem);       // [slot]: the copies landed
+    uint64_t* written = full + kRollMaxSlots;                  // [half]: the statistics written
+    uint64_t* read = written + 2;                              // [half]: every worker has read them
     double2* scratch = reinterpret_cast<double2*>(smem + kRollOffScratch);  // [2][warp][batch]
     float4* stats = reinterpret_cast<float4*>(smem + kRollOffStats);        // [2][batch]
     float2* affine = reinterpret_cast<float2*>(smem + kRollOffAffine);
@@ -1396,6 +1399,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
     };
     if (t == 0) {
         for (int s = 0; s < r.slots; ++s) mbarInit(&full[s], 1);
+        for (int h = 0; h < 2; ++h) {
+            mbarInit(&written[h], 32);
+            mbarInit(&read[h], kRollWorkers);
+        }
         fenceBarrierInit();
         for (int j = 0; j < r.slots && j < batches; ++j) issue(j);
     }
@@ -1457,8 +1464,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                     if (lane == i) mine = finishStats(u1, u2, a.invCount, firstOf(slot, i), a.eps);
                 }
             }
-            if (lane < nb) stats[(j & 1) * kRollMaxBatch + lane] = mine;
-            statsHandOver();
+            const int h = j & 1;
+            if (j >= 2) mbarWait(&read[h], uint32_t((j >> 1) - 1) & 1u);  // batch j - 2 written out
+            if (lane < nb) stats[h * kRollMaxBatch + lane] = mine;
+            mbarArrive(&written[h]);
         }
         return;
     }
@@ -1495,9 +1504,10 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
 
     auto writeBatch = [&](int j) {
         const int slot = j % r.slots, s0 = j * r.batch, nb = min(r.batch, r.segments - s0);
-        statsHandOver();
+        const int h = j & 1;
+        mbarWait(&written[h], uint32_t(j >> 1) & 1u);
         for (int i = 0; i < nb; ++i) {
-            const float4 st = stats[(j & 1) * kRollMaxBatch + i];
+            const float4 st = stats[h * kRollMaxBatch + i];
             const float2* gb = affine + ((s0 + i) % a.groups) * chans;
             const uint4* sv = sliceOf(slot, i);
             T* ys = y + int64_t(s0 + i) * segLen + e0;
@@ -1519,6 +1529,7 @@ __global__ void __launch_bounds__(kGridThreads, 1) gnRollingNCHW(GridArgs a, Rol
                 storeVec<T, VEC, Cache::kStreaming, true>(ys + int64_t(v) * VEC, o);
             }
         }
+        mbarArrive(&read[h]);
         workersSync();  // the slot has been read: the next copy may land in it
         if (t == 0 && j + r.slots < batches) issue(j + r.slots);
     };

@@ -35,6 +35,14 @@ __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes
 #endif
 }
 
+// This thread's arrival (a release: its earlier writes are seen by whoever
+// waits for the phase).
+__device__ __forceinline__ void mbarArrive(uint64_t* bar) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
+#endif
+}
+
 // Waits for phase `parity` of a barrier completed by this block's bulk copies.
 __device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity) {
 #if __CUDA_ARCH__ >= 900
