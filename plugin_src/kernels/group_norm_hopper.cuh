@@ -35,8 +35,8 @@ __device__ __forceinline__ void mbarArriveExpectTx(uint64_t* bar, uint32_t bytes
 #endif
 }
 
-// This thread's arrival (a release: its earlier writes are seen by whoever
-// waits for the phase).
+// This thread's arrival, a release: its earlier reads and writes are ordered
+// before what a waiter for the phase does after its wait.
 __device__ __forceinline__ void mbarArrive(uint64_t* bar) {
 #if __CUDA_ARCH__ >= 900
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smemAddr(bar)) : "memory");
